@@ -1,0 +1,481 @@
+# Tutorial: docs/README.md walks through this file top to bottom; `diff ppo.py ppo_ewma.py` is the paper.
+"""PPO (Schulman et al. 2017) on Procgen, in one file: the baseline of
+"Batch size-invariance for policy optimization" (Hilton, Cobbe, Schulman 2021).
+
+    python ppo.py --env-id starpilot
+
+Sections, in the same order in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py: arguments,
+environment, network, storage and rollout, reward normalisation, GAE, advantage normalisation,
+losses, update, logging, main.
+"""
+import argparse
+import collections
+import csv
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# --- Arguments -----------------------------------------------------------------------------------
+PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball",
+                 "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder",
+                 "starpilot")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    def error(self, message):  # one line on stderr and exit code 2: no usage dump, no traceback
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def number(kind, low=None, high=None, low_open=False, high_open=False):
+    """argparse type: a `kind` in [low, high] (ends optionally open), else a message naming the range."""
+    allowed = (("(" if low_open else "[") + ("-inf" if low is None else f"{low}") + ", "
+               + ("inf" if high is None else f"{high}") + (")" if high_open or high is None else "]"))
+
+    def parse(text):
+        try:
+            x = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in {allowed}, got {text!r}")
+        if ((low is not None and (x < low or (low_open and x == low)))
+                or (high is not None and (x > high or (high_open and x == high)))):
+            raise argparse.ArgumentTypeError(f"must be in {allowed}, got {text}")
+        return x
+    return parse
+
+
+POSITIVE, NON_NEGATIVE = number(int, 1), number(int, 0)
+ADJUSTMENTS = ("lr", "adv")  # Section 4's batch-size-invariance adjustments that apply to this script
+
+
+def parse_args(argv=None):
+    p = ArgumentParser(prog=os.path.basename(__file__), description=__doc__.split("\n\n")[0])
+    a = p.add_argument
+    # experiment
+    a("--exp-name", default=os.path.basename(__file__)[:-3], help="name used in the run folder")
+    a("--seed", type=int, default=1, help="seeds python, numpy, torch and Procgen")
+    a("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU if there is one")
+    a("--runs-dir", default="runs", help="parent folder of the run folder")
+    # environment (Procgen, Cobbe et al. 2019)
+    a("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME", help="one of the 16 Procgen games")
+    a("--distribution-mode", default="easy", choices=("easy", "hard"), help="the paper used hard")
+    a("--num-levels", type=NON_NEGATIVE, default=0, help="number of training levels (0 = unlimited)")
+    a("--start-level", type=NON_NEGATIVE, default=0, help="first training level")
+    a("--total-timesteps", type=POSITIVE, default=25_000_000, help="env steps in the whole run")
+    a("--num-envs", type=POSITIVE, default=64, help="parallel environments (N)")
+    a("--num-steps", type=POSITIVE, default=256, help="steps per environment per rollout (T)")
+    # optimisation (Appendix B, Tables 1 and 2)
+    a("--num-minibatches", type=POSITIVE, default=8, help="minibatches per epoch")
+    a("--update-epochs", type=POSITIVE, default=3, help="policy epochs per iteration (E)")
+    a("--learning-rate", type=number(float, 0, low_open=True), default=5e-4, help="Adam step size (alpha)")
+    a("--gamma", type=number(float, 0, 1), default=0.999, help="discount (gamma)")
+    a("--gae-lambda", type=number(float, 0, 1), default=0.95, help="GAE bootstrapping parameter (lambda)")
+    a("--clip-coef", type=number(float, 0), default=0.2, help="PPO clipping parameter (epsilon); 0 turns clipping off")
+    a("--kl-penalty", type=number(float, 0), default=0.0, help="KL penalty coefficient (beta in eq. 8); 0 = off")
+    a("--ent-coef", type=number(float, 0), default=0.01, help="entropy coefficient")
+    a("--vf-coef", type=number(float, 0), default=0.5, help="value function coefficient")
+    a("--max-grad-norm", type=number(float, 0), default=0.0, help="gradient norm clip; 0 = off (official code)")
+    a("--norm-reward", action=argparse.BooleanOptionalAction, default=True, help="reward normalisation")
+    a("--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="advantage normalisation")
+    a("--adv-ewma-decay", type=number(float, 0, 1, high_open=True), default=0.0,
+      help="EWMA decay of the advantage mean/variance across iterations (Section 4); 0 = this batch only")
+    # the paper's experiments
+    a("--old-policy", default="behav", choices=("behav", "recent"),
+      help="the single old policy: behav = the data's collector, recent = the policy before this iteration (Section 5.1)")
+    a("--staleness", type=NON_NEGATIVE, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
+    a("--batch-divisor", type=POSITIVE, default=1,
+      help="divide the batch size by C and apply Section 4's adjustments (needs 1 policy epoch)")
+    a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS, help="with --batch-divisor: drop one adjustment (repeatable)")
+    a("--adam-beta-adjust", action="store_true", help="with --batch-divisor: raise Adam's betas to the power 1/C (Appendix D)")
+    # speed (never changes the maths)
+    a("--micro-batch-size", type=NON_NEGATIVE, default=None,
+      help="split each minibatch into gradient-accumulated micro-batches (same gradient); default 128 on CPU, 0 (off) on GPU")
+    args = p.parse_args(argv)
+
+    # Arguments that depend on each other: checked here, before anything is written.
+    if args.num_envs % args.batch_divisor:
+        p.error(f"argument --batch-divisor: must divide --num-envs ({args.num_envs}), got {args.batch_divisor}")
+    if args.batch_divisor > 1 and args.update_epochs != 1:
+        p.error(f"argument --batch-divisor: needs --update-epochs 1 (Section 4), got {args.update_epochs}")
+    if args.no_adjust and args.batch_divisor == 1:
+        p.error("argument --no-adjust: only meaningful with --batch-divisor > 1")
+    apply_batch_size_invariance(args)
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches:
+        p.error(f"argument --num-minibatches: must divide the batch of --num-envs x --num-steps = {batch_size}, "
+                f"got {args.num_minibatches}")
+    return args
+
+
+def apply_batch_size_invariance(args):
+    """Section 4: to divide the batch size by C, divide the envs by C and adjust the rest to match."""
+    c = args.batch_divisor
+    args.num_envs //= c
+    if "lr" not in args.no_adjust:
+        args.learning_rate /= math.sqrt(c)  # Adam step size / sqrt(C) (Section 3.2, Appendix C)
+    if "adv" not in args.no_adjust:  # effective sample size 2/(1-beta)-1, in iterations, times C (footnote 1)
+        args.adv_ewma_decay = 1 - 2 / (c * (2 / (1 - args.adv_ewma_decay) - 1) + 1)
+    betas = (0.9, 0.999)  # Adam's defaults
+    args.adam_betas = tuple(b ** (1 / c) for b in betas) if args.adam_beta_adjust else betas  # Appendix D
+
+
+# --- Environment: Procgen as a gymnasium VectorEnv ------------------------------------------------
+class ProcgenVecEnv(gym.vector.VectorEnv):
+    """Procgen's gym3 vector env behind gymnasium's VectorEnv interface.
+
+    Procgen resets an environment inside the step that ends its episode (the observation returned
+    is the next level's first frame), which gymnasium calls SAME_STEP autoreset. Procgen reports
+    time-outs as episode ends too, so everything is `terminated` (as in the official code).
+    """
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+
+    def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
+        import procgen  # imported here: it prints a harmless gym deprecation notice
+        self.venv = procgen.ProcgenGym3Env(num=num_envs, env_name=env_id, distribution_mode=distribution_mode,
+                                           num_levels=num_levels, start_level=start_level, rand_seed=seed)
+        self.num_envs = num_envs
+        self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
+        self.single_action_space = gym.spaces.Discrete(self.venv.ac_space.eltype.n)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+
+    def reset(self, *, seed=None, options=None):
+        _, obs, _ = self.venv.observe()
+        return obs["rgb"], {}
+
+    def step(self, actions):
+        self.venv.act(np.asarray(actions, dtype=np.int32))
+        reward, obs, first = self.venv.observe()
+        return obs["rgb"], reward.astype(np.float32), first.copy(), np.zeros_like(first), {}
+
+
+def make_env(args, seed):
+    env = ProcgenVecEnv(args.env_id, args.num_envs, args.distribution_mode, args.num_levels, args.start_level, seed)
+    return gym.wrappers.vector.RecordEpisodeStatistics(env)  # every finished episode's return and length
+
+
+# --- Network: IMPALA CNN (Espeholt et al. 2018) ------------------------------------------------------
+def normed(layer, scale):
+    """The official code's initialisation (not CleanRL's): every output unit's weight vector is
+    rescaled to norm `scale` and biases start at zero, so each layer's output scale is set by design."""
+    with torch.no_grad():
+        layer.weight.mul_(scale / layer.weight.flatten(1).norm(dim=1).view(-1, *[1] * (layer.weight.dim() - 1)))
+        layer.bias.zero_()
+    return layer
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels, scale):
+        super().__init__()
+        self.conv0 = normed(nn.Conv2d(channels, channels, 3, padding=1), scale)
+        self.conv1 = normed(nn.Conv2d(channels, channels, 3, padding=1), scale)
+
+    def forward(self, x):
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+
+
+class ConvSequence(nn.Module):
+    def __init__(self, in_channels, out_channels, scale):
+        super().__init__()
+        self.conv = normed(nn.Conv2d(in_channels, out_channels, 3, padding=1), 1.0)
+        self.blocks = nn.Sequential(ResidualBlock(out_channels, scale), ResidualBlock(out_channels, scale))
+
+    def forward(self, x):
+        return self.blocks(F.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1))
+
+
+class ImpalaCNN(nn.Module):
+    """uint8 frames (B, 64, 64, 3) -> features (B, 256). 3 stages of 16, 32, 32 channels."""
+    def __init__(self, channels=(16, 32, 32), out_features=256):
+        super().__init__()
+        # Each residual conv is scaled so that a stage's 2 blocks and the 3 stages add unit variance:
+        # sqrt(1/sqrt(3 stages) / sqrt(2 blocks)) = 6 ** -0.25 ~ 0.64 (official code).
+        scale, in_ch = 6 ** -0.25, 3
+        self.stages = nn.Sequential(*[ConvSequence(c_in, c_out, scale)
+                                      for c_in, c_out in zip((in_ch,) + channels[:-1], channels)])
+        self.dense = normed(nn.Linear(channels[-1] * 8 * 8, out_features), 1.4)
+
+    def forward(self, obs):
+        x = obs.permute(0, 3, 1, 2).float() / 255.0  # observations stay uint8 until here
+        return F.relu(self.dense(F.relu(self.stages(x).flatten(1))))
+
+
+class Agent(nn.Module):
+    """PPO's network: one IMPALA trunk shared by the policy head and the value head."""
+    def __init__(self, num_actions):
+        super().__init__()
+        self.trunk = ImpalaCNN()
+        self.pi_head = normed(nn.Linear(256, num_actions), 0.1)
+        self.v_head = normed(nn.Linear(256, 1), 0.1)
+
+    def forward(self, obs):  # -> (policy logits, value)
+        h = self.trunk(obs)
+        return self.pi_head(h), self.v_head(h).squeeze(-1)
+
+    def logits(self, obs):  # policy only: no value head
+        return self.pi_head(self.trunk(obs))
+
+
+def log_prob(logits, actions):
+    return F.log_softmax(logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+@torch.no_grad()
+def chunked_log_prob(net, obs, actions, chunk=256):
+    """Log-probs of stored actions over a whole buffer, in chunks: no-grad forwards, bounded memory."""
+    return torch.cat([log_prob(net.logits(o), a) for o, a in zip(obs.split(chunk), actions.split(chunk))])
+
+
+# --- Storage and rollout ------------------------------------------------------------------------------
+def new_rollout(num_steps, num_envs, device):
+    """One rollout, on the device. `firsts[t]` marks obs t as the first frame of an episode."""
+    z = lambda dtype: torch.zeros((num_steps, num_envs), dtype=dtype, device=device)  # noqa: E731
+    return {"obs": torch.zeros((num_steps, num_envs, 64, 64, 3), dtype=torch.uint8, device=device),
+            "actions": z(torch.long), "logp_behav": z(torch.float32), "rewards": z(torch.float32),
+            "firsts": z(torch.bool), "values": z(torch.float32)}
+
+
+@torch.no_grad()
+def collect_rollout(envs, agent, next_obs, next_first, num_steps, device):
+    """Run the behaviour policy (the current network) for num_steps steps in every environment."""
+    rollout = new_rollout(num_steps, envs.num_envs, device)
+    episode_returns, episode_lengths = [], []
+    for t in range(num_steps):
+        rollout["obs"][t], rollout["firsts"][t] = next_obs, next_first
+        logits, value = agent(next_obs)
+        action = torch.multinomial(F.softmax(logits, dim=-1), 1).squeeze(-1)
+        rollout["actions"][t], rollout["values"][t] = action, value
+        rollout["logp_behav"][t] = log_prob(logits, action)  # pi_behav(a_t|s_t), stored for later
+        obs, reward, terminated, truncated, info = envs.step(action.cpu().numpy())  # the one host sync
+        rollout["rewards"][t] = torch.from_numpy(reward).to(device)
+        next_obs = torch.from_numpy(obs).to(device)
+        next_first = torch.from_numpy(terminated | truncated).to(device)
+        if "episode" in info:  # every episode that finished on this step, not just one
+            done = info["_episode"]
+            episode_returns += info["episode"]["r"][done].tolist()
+            episode_lengths += info["episode"]["l"][done].tolist()
+    rollout["next_value"] = agent(next_obs)[1]  # bootstrap value, stored with the data (staleness)
+    rollout["next_first"] = next_first
+    return rollout, next_obs, next_first, episode_returns, episode_lengths
+
+
+# --- Reward normalisation --------------------------------------------------------------------------------
+class RewardNormalizer:
+    """Divide rewards by the running std of a discounted return, then clip to [-10, 10].
+
+    As the official code (not CleanRL's NormalizeReward with gamma 0.999): the return uses
+    gamma 0.99 and the statistics are updated once per rollout with all its returns."""
+    def __init__(self, num_envs, device, gamma=0.99, clip=10.0, eps=1e-8):
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.ret = torch.zeros(num_envs, device=device)  # each env's running discounted return
+        self.mean = torch.zeros((), device=device, dtype=torch.float64)
+        self.var = torch.ones((), device=device, dtype=torch.float64)
+        self.count = torch.full((), 1e-4, device=device, dtype=torch.float64)
+
+    def __call__(self, rewards, firsts):
+        returns = torch.empty_like(rewards)
+        for t in range(rewards.shape[0]):  # an episode's return restarts at its first frame
+            self.ret = returns[t] = rewards[t] + self.gamma * self.ret * (~firsts[t])
+        # merge this rollout's moments into the running ones (Chan et al.'s parallel update)
+        x = returns.double().flatten()
+        n, delta = x.numel(), x.mean() - self.mean
+        total = self.count + n
+        self.var = (self.var * self.count + x.var(unbiased=False) * n + delta ** 2 * self.count * n / total) / total
+        self.mean, self.count = self.mean + delta * n / total, total
+        return torch.clamp(rewards / torch.sqrt(self.var + self.eps).float(), -self.clip, self.clip)
+
+
+# --- GAE (Schulman et al. 2015) ------------------------------------------------------------------------
+def compute_gae(rewards, values, firsts, next_value, next_first, gamma, gae_lambda):
+    """Advantages and value targets. An episode ended after step t iff obs t+1 is a first frame;
+    then nothing is bootstrapped across the boundary (Procgen time-outs count as ends, as officially)."""
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last_gae = torch.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        nonterminal = ~(firsts[t + 1] if t + 1 < num_steps else next_first)
+        next_v = values[t + 1] if t + 1 < num_steps else next_value
+        delta = rewards[t] + gamma * next_v * nonterminal - values[t]
+        advantages[t] = last_gae = delta + gamma * gae_lambda * nonterminal * last_gae
+    return advantages, advantages + values
+
+
+# --- Advantage normalisation (Section 4) --------------------------------------------------------------
+class AdvantageMoments:
+    """EWMA estimates of the advantage mean and variance across iterations, each batch weighted by
+    its size. decay 0 = this batch only; the effective sample size is 2/(1-decay)-1 iterations."""
+    def __init__(self, decay, device):
+        self.decay = decay
+        self.weight, self.sum, self.sumsq = (torch.zeros((), device=device, dtype=torch.float64) for _ in range(3))
+
+    def update(self, advantages):
+        x = advantages.double()
+        self.weight = self.decay * self.weight + x.numel()
+        self.sum = self.decay * self.sum + x.sum()
+        self.sumsq = self.decay * self.sumsq + (x * x).sum()
+        mean = self.sum / self.weight
+        return mean.float(), (self.sumsq / self.weight - mean * mean).clamp_min(0).sqrt().float()
+
+
+def make_batch(rollout, agent, adv_moments, args):
+    """GAE on a (possibly stale) rollout, normalised advantages, and the old policy's log-probs."""
+    advantages, returns = compute_gae(rollout["rewards"], rollout["values"], rollout["firsts"],
+                                      rollout["next_value"], rollout["next_first"], args.gamma, args.gae_lambda)
+    adv_mean, adv_std = adv_moments.update(advantages)
+    if args.norm_adv:
+        advantages = (advantages - adv_mean) / (adv_std + 1e-8)
+    batch = {"obs": rollout["obs"].flatten(0, 1), "actions": rollout["actions"].flatten(),
+             "logp_behav": rollout["logp_behav"].flatten(), "advantages": advantages.flatten(),
+             "returns": returns.flatten(), "adv_mean": adv_mean, "adv_std": adv_std}
+    # Section 5.1: with stale data, "old" is either the behaviour policy or the policy before this iteration
+    batch["logp_old"] = (chunked_log_prob(agent, batch["obs"], batch["actions"]) if args.old_policy == "recent"
+                         else batch["logp_behav"])
+    return batch
+
+
+# --- Losses (PPO: Schulman et al. 2017, eq. 7 and 8) -------------------------------------------------------
+def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty):
+    """Clipped surrogate (eq. 7) and/or KL penalty (eq. 8), in log space, against one old policy."""
+    logratio = logp - logp_old  # log r_t(theta)
+    pg_losses = -advantages * torch.exp(logratio)
+    if clip_coef > 0:
+        clipped = torch.clamp(logratio, math.log(1 - clip_coef), math.log(1 + clip_coef))
+        pg_losses = torch.maximum(pg_losses, -advantages * torch.exp(clipped))
+    # KL[old, theta] by the sampled estimate 0.5 * (log r)^2, as the official code
+    kl = 0.5 * logratio.pow(2)
+    with torch.no_grad():
+        diagnostics = {"approx_kl": kl.mean(), "clipfrac": ((logratio < math.log(1 - clip_coef)) |
+                                                            (logratio > math.log(1 + clip_coef))).float().mean()}
+    return pg_losses.mean() + kl_penalty * kl.mean(), diagnostics
+
+
+# --- Update ------------------------------------------------------------------------------------------------
+def update(agent, optimizer, batch, args):
+    """E epochs of minibatch Adam steps on the PPO loss. Returns the mean diagnostics."""
+    batch_size = batch["actions"].numel()
+    minibatch_size = batch_size // args.num_minibatches
+    micro = args.micro_batch_size or minibatch_size
+    sums = collections.defaultdict(float)
+    for epoch in range(args.update_epochs):
+        for mb in torch.randperm(batch_size, device=batch["actions"].device).split(minibatch_size):
+            optimizer.zero_grad(set_to_none=True)
+            for idx in mb.split(micro):  # gradient accumulation: the same gradient as one pass over mb
+                logits, value = agent(batch["obs"][idx])
+                logp_all = F.log_softmax(logits, dim=-1)
+                logp = logp_all.gather(-1, batch["actions"][idx].unsqueeze(-1)).squeeze(-1)
+                entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+                pg_loss, diag = policy_loss(logp, batch["logp_old"][idx], batch["advantages"][idx],
+                                            args.clip_coef, args.kl_penalty)
+                v_loss = (value - batch["returns"][idx]).pow(2).mean()  # vf_coef * MSE, no 0.5 (official)
+                loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+                (loss * (len(idx) / len(mb))).backward()
+                w = len(idx) / (batch_size * args.update_epochs)
+                for k, v in {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy, **diag}.items():
+                    sums[k] = sums[k] + v.detach() * w
+            if args.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+    return {k: float(v) for k, v in sums.items()}
+
+
+# --- Logging ------------------------------------------------------------------------------------------------
+COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length", "policy_loss",
+           "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std"]
+
+
+def create_run_dir(args):
+    run_dir = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+    os.makedirs(run_dir, exist_ok=False)
+    return run_dir
+
+
+def write_config(run_dir, args, extra):
+    import procgen
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+                "gymnasium": gym.__version__, "procgen": getattr(procgen, "__version__", "unknown")}
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({**vars(args), **extra, "versions": versions}, f, indent=2)
+
+
+def format_eta(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+# --- Main ---------------------------------------------------------------------------------------------------
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    if args.micro_batch_size is None:  # the network is ~99% of CPU time: small micro-batches are ~1.7x faster
+        args.micro_batch_size = 128 if device.type == "cpu" else 0
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    batch_size = args.num_envs * args.num_steps
+    num_iterations = math.ceil(args.total_timesteps / batch_size)  # the last iteration is never dropped
+
+    envs = make_env(args, seed=args.seed)
+    agent = Agent(envs.single_action_space.n).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=1e-8)
+    reward_normalizer = RewardNormalizer(args.num_envs, device)
+    adv_moments = AdvantageMoments(args.adv_ewma_decay, device)
+    stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
+
+    run_dir = create_run_dir(args)
+    write_config(run_dir, args, {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
+                                 "num_iterations": num_iterations, "device": str(device)})
+    print(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
+          f"{args.num_steps} steps, {num_iterations} iterations = {num_iterations * batch_size:,} steps; "
+          f"lr {args.learning_rate:.3g}, adv_ewma_decay {args.adv_ewma_decay:.4g}; run folder {run_dir}", flush=True)
+    csv_file = open(os.path.join(run_dir, "progress.csv"), "w", newline="")
+    progress = csv.DictWriter(csv_file, fieldnames=COLUMNS)
+    progress.writeheader()
+
+    next_obs, _ = envs.reset()
+    next_obs = torch.from_numpy(next_obs).to(device)
+    next_first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
+    start_time = time.time()
+    for iteration in range(1, num_iterations + 1):
+        iteration_start = time.time()
+        agent.eval()
+        rollout, next_obs, next_first, ep_returns, ep_lengths = collect_rollout(
+            envs, agent, next_obs, next_first, args.num_steps, device)
+        if args.norm_reward:
+            rollout["rewards"] = reward_normalizer(rollout["rewards"], rollout["firsts"])
+
+        # Artificial staleness (Section 5.1): train on the rollout collected `staleness` iterations ago.
+        stale_rollouts.append(rollout)
+        row = {}
+        if len(stale_rollouts) > args.staleness:
+            batch = make_batch(stale_rollouts.popleft(), agent, adv_moments, args)
+            agent.train()
+            row = update(agent, optimizer, batch, args)
+            row.update(adv_mean=float(batch["adv_mean"]), adv_std=float(batch["adv_std"]))
+
+        now = time.time()
+        row.update(iteration=iteration, global_step=iteration * batch_size, time_s=round(now - start_time, 3),
+                   sps=round(batch_size / (now - iteration_start), 1),
+                   episodic_return=np.mean(ep_returns) if ep_returns else "",
+                   episodic_length=np.mean(ep_lengths) if ep_lengths else "")
+        progress.writerow(row)
+        csv_file.flush()
+        eta = (now - start_time) / iteration * (num_iterations - iteration)
+        ret = f"{row['episodic_return']:8.2f} ({len(ep_returns)} eps)" if ep_returns else "       - (0 eps)"
+        print(f"iter {iteration}/{num_iterations} | step {row['global_step']:,} | return {ret} | "
+              f"sps {row['sps']:.0f} | eta {format_eta(eta)}", flush=True)
+    csv_file.close()
+    envs.close()
+    return run_dir
+
+
+if __name__ == "__main__":
+    main()
