@@ -1,7 +1,6 @@
 # Tutorial: docs/README.md walks through this file top to bottom; `diff ppg.py ppg_ewma.py` is the paper.
-"""PPG-EWMA on Procgen, in one file: PPG with the proximal policy decoupled from the behaviour policy
-and taken to be an EWMA of the policy network, from "Batch size-invariance for policy optimization"
-(Hilton, Cobbe, Schulman 2021), Section 4 and Appendix A.
+"""PPG-EWMA on Procgen, in one file: PPG whose proximal policy is decoupled from the behaviour policy and is an
+EWMA of the policy network, from "Batch size-invariance for policy optimization" (Hilton, Cobbe, Schulman 2021).
 
     python ppg_ewma.py --env-id starpilot
 
@@ -18,6 +17,7 @@ import math
 import os
 import platform
 import random
+import signal
 import sys
 import time
 
@@ -105,10 +105,16 @@ def parse_args(argv=None):
       help="divide the batch size by C and apply Section 4's adjustments (needs 1 policy epoch)")
     a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS, help="with --batch-divisor: drop one adjustment (repeatable)")
     a("--adam-beta-adjust", action="store_true", help="with --batch-divisor: raise Adam's betas to the power 1/C (Appendix D)")
+    # long runs
+    a("--save-model", action="store_true", help="write checkpoint.pt every --save-interval iterations and at the end")
+    a("--save-interval", type=POSITIVE, default=10, help="iterations between checkpoints")
+    a("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint, in the same folder")
     # speed (never changes the maths)
     a("--micro-batch-size", type=NON_NEGATIVE, default=None,
       help="split each minibatch into gradient-accumulated micro-batches (same gradient); default 128 on CPU, 0 (off) on GPU")
     args = p.parse_args(argv)
+    if args.resume:
+        return resume_args(p, argv, args)
 
     # Arguments that depend on each other: checked here, before anything is written.
     if args.num_envs % args.batch_divisor:
@@ -142,6 +148,24 @@ def apply_batch_size_invariance(args):
         args.n_pi *= c  # policy iterations per phase times C: the phase batch size stays the same
     betas = (0.9, 0.999)  # Adam's defaults
     args.adam_betas = tuple(b ** (1 / c) for b in betas) if args.adam_beta_adjust else betas  # Appendix D
+
+
+def resume_args(p, argv, args):
+    """--resume RUN_DIR: that run's config.json. Only --total-timesteps (to extend the run), the device
+    and checkpoint flags may be given again; any other flag that differs from the run's is an error."""
+    if not os.path.isfile(os.path.join(args.resume, CHECKPOINT)):
+        p.error(f"argument --resume: no {CHECKPOINT} in {args.resume!r} (was the run started with --save-model?)")
+    with open(os.path.join(args.resume, "config.json")) as f:
+        config = {k: v for k, v in json.load(f).items() if k not in DERIVED_KEYS}
+    for action in p._actions:  # parse again, keeping only what the command line gave
+        action.default = argparse.SUPPRESS
+    given = vars(p.parse_args(argv))
+    for key, value in given.items():
+        if key not in ("resume", "total_timesteps", "cuda", "save_model", "save_interval") and config.get(key) != value:
+            p.error(f"argument --{key.replace('_', '-')}: the run being resumed has {config.get(key)!r}, got {value!r}")
+    config.update({k: given[k] for k in ("total_timesteps", "cuda", "save_interval") if k in given})
+    config.update(resume=args.resume, save_model=True, adam_betas=tuple(config["adam_betas"]))
+    return argparse.Namespace(**config)
 
 
 # --- Environment: Procgen as a gymnasium VectorEnv ------------------------------------------------
@@ -267,28 +291,31 @@ def chunked_log_prob(net, obs, actions, chunk=256):
 
 
 # --- EWMA proximal network (Section 4, Appendix A) ------------------------------------------------------
-class EWMA:
-    """theta_prox = EWMA_beta_prox(theta) = (theta_t + beta theta_{t-1} + ... + beta^t theta_0) / (1 + beta + ... + beta^t),
-    where theta_0..theta_t are the weights after each gradient step, kept incrementally (Appendix A).
-    `net` is what computes the policy (PPO: the Agent; PPG: the policy network, never the value network);
-    only its policy path runs (`logits`)."""
+class EWMA(nn.Module):
+    """theta_prox = (theta_t + beta theta_{t-1} + ... + beta^t theta_0) / (1 + beta + ... + beta^t) over the weights after
+    each gradient step, kept incrementally (App. A). A copy of `net`, the policy's network; only `logits` runs."""
     def __init__(self, net, beta_prox):
+        super().__init__()
         self.net = copy.deepcopy(net).requires_grad_(False).eval()
         self.beta_prox = beta_prox
-        self.prox_params = list(self.net.parameters())
         self.reset(net)
 
     @torch.no_grad()
     def reset(self, net):  # theta_prox <- theta, w <- 1
-        torch._foreach_copy_(self.prox_params, list(net.parameters()))
+        torch._foreach_copy_(list(self.net.parameters()), list(net.parameters()))
         self.w = 1.0
 
     @torch.no_grad()
     def update(self, net):
         w_new = 1 + self.beta_prox * self.w
         # theta_prox <- theta / w_new + beta_prox * (w / w_new) * theta_prox: one fused lerp over all tensors
-        torch._foreach_lerp_(self.prox_params, list(net.parameters()), 1 / w_new)
+        torch._foreach_lerp_(list(self.net.parameters()), list(net.parameters()), 1 / w_new)
         self.w = w_new
+
+    def get_extra_state(self):  # checkpoints keep w beside the averaged weights
+        return {"w": self.w}
+    def set_extra_state(self, state):  # noqa: E301
+        self.w = state["w"]
 
 
 # --- Storage and rollout ------------------------------------------------------------------------------
@@ -337,6 +364,12 @@ class RewardNormalizer:
         self.var = torch.ones((), device=device, dtype=torch.float64)
         self.count = torch.full((), 1e-4, device=device, dtype=torch.float64)
 
+    def state_dict(self):
+        return {"ret": self.ret, "mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state):
+        self.ret, self.mean, self.var, self.count = state["ret"], state["mean"], state["var"], state["count"]
+
     def __call__(self, rewards, firsts):
         returns = torch.empty_like(rewards)
         for t in range(rewards.shape[0]):  # an episode's return restarts at its first frame
@@ -358,7 +391,7 @@ def compute_gae(rewards, values, firsts, next_value, next_first, gamma, gae_lamb
     advantages = torch.zeros_like(rewards)
     last_gae = torch.zeros_like(next_value)
     for t in reversed(range(num_steps)):
-        nonterminal = ~(firsts[t + 1] if t + 1 < num_steps else next_first)
+        nonterminal = (~(firsts[t + 1] if t + 1 < num_steps else next_first)).to(rewards.dtype)
         next_v = values[t + 1] if t + 1 < num_steps else next_value
         delta = rewards[t] + gamma * next_v * nonterminal - values[t]
         advantages[t] = last_gae = delta + gamma * gae_lambda * nonterminal * last_gae
@@ -372,6 +405,12 @@ class AdvantageMoments:
     def __init__(self, decay, device):
         self.decay = decay
         self.weight, self.sum, self.sumsq = (torch.zeros((), device=device, dtype=torch.float64) for _ in range(3))
+
+    def state_dict(self):
+        return {"weight": self.weight, "sum": self.sum, "sumsq": self.sumsq}
+
+    def load_state_dict(self, state):
+        self.weight, self.sum, self.sumsq = state["weight"], state["sum"], state["sumsq"]
 
     def update(self, advantages):
         x = advantages.double()
@@ -400,8 +439,7 @@ def make_batch(rollout, agent, adv_moments, args):
 
 # --- Losses (decoupled objectives: Section 2) -----------------------------------------------------------
 def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, imp_samp_max):
-    """Decoupled clipped objective and/or decoupled KL penalty (Section 2), in log space:
-    (pi_prox/pi_behav) * min(r A, clip(r, 1-eps, 1+eps) A) with r = pi_theta/pi_prox, and
+    """Section 2, in log space: (pi_prox/pi_behav) min(r A, clip(r, 1-eps, 1+eps) A) with r = pi_theta/pi_prox, and/or
     (pi_theta/pi_behav) A - beta KL[prox, theta]. With prox = behav this is exactly PPO's loss."""
     # Cap the importance weight pi_theta/pi_behav at imp_samp_max (Appendix B); gradients still flow through logp
     log_cap = logp.detach() - math.log(imp_samp_max)
@@ -447,11 +485,9 @@ def update(agent, optimizer, batch, args, ewma):
                 logp_all = F.log_softmax(logits, dim=-1)
                 logp = logp_all.gather(-1, batch["actions"][idx].unsqueeze(-1)).squeeze(-1)
                 entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-                if args.prox == "ewma":  # the EWMA weights as they are at this optimiser step: never cached
-                    with torch.no_grad():
-                        logp_prox = log_prob(ewma.net.logits(batch["obs"][idx]), batch["actions"][idx])
-                else:
-                    logp_prox = batch["logp_recent"][idx]
+                with torch.no_grad():  # prox: the EWMA weights as they are at this optimiser step (never cached)
+                    logp_prox = (log_prob(ewma.net.logits(batch["obs"][idx]), batch["actions"][idx])
+                                 if args.prox == "ewma" else batch["logp_recent"][idx])
                 pg_loss, diag = policy_loss(logp, batch["logp_behav"][idx], logp_prox, batch["advantages"][idx],
                                             args.clip_coef, args.kl_penalty, args.imp_samp_max)
                 loss = loss + pg_loss - args.ent_coef * entropy
@@ -464,6 +500,62 @@ def update(agent, optimizer, batch, args, ewma):
             if train_pi:  # theta_prox <- EWMA_beta_prox(theta), after every policy step (Appendix A)
                 ewma.update(agent.policy)
     return {k: float(v) for k, v in sums.items()}
+
+
+# --- Long runs: checkpoints, resume, signals, non-finite values ---------------------------------------------
+CHECKPOINT = "checkpoint.pt"
+DERIVED_KEYS = ("batch_size", "minibatch_size", "num_iterations", "device", "versions")
+
+
+def save_checkpoint(run_dir, stateful, **extra):
+    """Every stateful object's state_dict, the RNG states and `extra`, written atomically: a crash while
+    saving leaves the previous checkpoint intact."""
+    state = {name: obj.state_dict() for name, obj in stateful.items()}
+    state["rng"] = {"python": random.getstate(), "numpy": np.random.get_state()[1].tolist(),
+                    "numpy_pos": int(np.random.get_state()[2]), "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    path = os.path.join(run_dir, CHECKPOINT)
+    torch.save({**state, **extra}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def load_checkpoint(run_dir, stateful, device):
+    """Safe loading (weights_only: tensors and plain containers only); a GPU run loads on a CPU too."""
+    state = torch.load(os.path.join(run_dir, CHECKPOINT), map_location=device, weights_only=True)
+    for name, obj in stateful.items():
+        obj.load_state_dict(state[name])
+    rng = state["rng"]
+    random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
+    np.random.set_state(("MT19937", np.array(rng["numpy"], dtype=np.uint32), rng["numpy_pos"]))
+    torch.set_rng_state(rng["torch"].cpu())
+    if rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+    return state
+
+
+class StopSignal:
+    """SIGINT (Ctrl-C) or SIGTERM: finish the current iteration, checkpoint, exit. A second one abandons it."""
+    def __init__(self):
+        self.received = None
+        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(self, signum, frame):
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum).name
+        print(f"\n{self.received}: finishing this iteration, then stopping (send it again to stop at once)", flush=True)
+
+    def restore(self):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def check_finite(iteration, row, agent):
+    """Stop on a non-finite loss or parameter, naming it, before a broken state can be checkpointed."""
+    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+    if not bad and not torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all():
+        bad = [f"parameter {n}" for n, p in agent.named_parameters() if not torch.isfinite(p).all()][:1]
+    return f"iteration {iteration}: non-finite {bad[0]}" if bad else None
 
 
 # --- Auxiliary phase (PPG: Cobbe et al. 2020) -----------------------------------------------------------------
@@ -481,6 +573,13 @@ class AuxBuffer:
         self.obs[self.size:self.size + n] = obs
         self.returns[self.size:self.size + n] = batch["returns"].view(num_steps, n).T
         self.size += n
+
+    def state_dict(self):  # only the filled part: the trajectories of the phase so far
+        return {"obs": self.obs[:self.size], "returns": self.returns[:self.size]}
+
+    def load_state_dict(self, state):
+        self.size = len(state["obs"])
+        self.obs[:self.size], self.returns[:self.size] = state["obs"], state["returns"]
 
 
 def aux_phase(agent, aux_optimizer, aux_buffer, args):
@@ -562,23 +661,37 @@ def main(argv=None):
     reward_normalizer = RewardNormalizer(args.num_envs, device)
     adv_moments = AdvantageMoments(args.adv_ewma_decay, device)
     stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
+    stateful = {"agent": agent, "optimizer": optimizer, "reward_normalizer": reward_normalizer, "adv_moments": adv_moments}
+    stateful["ewma"] = ewma
+    stateful.update(aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)  # and the phase position: the iteration
 
-    run_dir = create_run_dir(args)
+    start_iteration, elapsed = 0, 0.0
+    run_dir = args.resume or create_run_dir(args)
+    if args.resume:  # Procgen cannot restore its state: the resumed run starts fresh episodes, nothing else differs
+        checkpoint = load_checkpoint(run_dir, stateful, device)
+        start_iteration, elapsed = checkpoint["iteration"], checkpoint["time_s"]
+        stale_rollouts.extend(checkpoint["stale_rollouts"])
+        envs.close()
+        envs = make_env(args, seed=args.seed + start_iteration)  # new levels, not a replay of the first ones
     write_config(run_dir, args, {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
                                  "num_iterations": num_iterations, "device": str(device)})
     print(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
           f"{args.num_steps} steps, {num_iterations} iterations = {num_iterations * batch_size:,} steps; "
-          f"lr {args.learning_rate:.3g}, adv_ewma_decay {args.adv_ewma_decay:.4g}, beta_prox {args.beta_prox:.4g} "
-          f"(prox {args.prox}), n_pi {args.n_pi}; run folder {run_dir}", flush=True)
-    csv_file = open(os.path.join(run_dir, "progress.csv"), "w", newline="")
+          f"lr {args.learning_rate:.3g}, adv_ewma_decay {args.adv_ewma_decay:.4g}, beta_prox {args.beta_prox:.4g} ({args.prox})"
+          f", n_pi {args.n_pi}; run folder {run_dir}", flush=True)
+    progress_path = os.path.join(run_dir, "progress.csv")
+    rows = list(csv.DictReader(open(progress_path))) if args.resume else []
+    csv_file = open(progress_path, "w", newline="")  # on resume: rewritten up to the checkpoint, then appended
     progress = csv.DictWriter(csv_file, fieldnames=COLUMNS)
     progress.writeheader()
+    progress.writerows(row for row in rows if int(row["iteration"]) <= start_iteration)
 
     next_obs, _ = envs.reset()
     next_obs = torch.from_numpy(next_obs).to(device)
     next_first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
-    start_time = time.time()
-    for iteration in range(1, num_iterations + 1):
+    start_time = time.time() - elapsed
+    stop, problem, last_saved = StopSignal(), None, start_iteration if args.resume else None
+    for iteration in range(start_iteration + 1, num_iterations + 1):
         iteration_start = time.time()
         agent.eval()
         rollout, next_obs, next_first, ep_returns, ep_lengths = collect_rollout(
@@ -612,8 +725,28 @@ def main(argv=None):
         ret = f"{row['episodic_return']:8.2f} ({len(ep_returns)} eps)" if ep_returns else "       - (0 eps)"
         print(f"iter {iteration}/{num_iterations} | step {row['global_step']:,} | return {ret} | "
               f"sps {row['sps']:.0f} | eta {format_eta(eta)}", flush=True)
+        problem = check_finite(iteration, row, agent)
+        if problem:
+            break
+        if args.save_model and (iteration % args.save_interval == 0 or iteration == num_iterations or stop.received):
+            save_checkpoint(run_dir, stateful, iteration=iteration, time_s=now - start_time,
+                            stale_rollouts=list(stale_rollouts))
+            last_saved = iteration
+        if stop.received:
+            break
+    stop.restore()
     csv_file.close()
     envs.close()
+    script = os.path.basename(__file__)
+    if problem:
+        kept = (f"the last good checkpoint (iteration {last_saved}) is kept in {run_dir}" if last_saved is not None
+                else "no checkpoint was written")
+        sys.exit(f"{script}: {problem}; stopped, {kept}")
+    if stop.received:
+        print(f"Stopped after iteration {iteration} ({stop.received}). " +
+              (f"Resume with: python {script} --resume {run_dir}" if args.save_model
+               else "No checkpoint: start runs with --save-model to be able to resume them."), flush=True)
+        sys.exit(128 + getattr(signal, stop.received))
     return run_dir
 
 

@@ -1,0 +1,56 @@
+"""GAE (Schulman et al. 2015) against a plain per-environment loop, episode boundaries included."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import load
+
+
+def reference_gae(rewards, values, firsts, next_value, next_first, gamma, lam):
+    """One environment at a time, straight from the definition: delta_t = r_t + gamma V_{t+1} - V_t
+    (no bootstrap if the episode ended after step t), A_t = sum_k (gamma lam)^k delta_{t+k} within the episode."""
+    T, N = rewards.shape
+    adv = np.zeros((T, N))
+    for n in range(N):
+        for t in range(T):
+            total, discount = 0.0, 1.0
+            for k in range(t, T):
+                ended = firsts[k + 1, n] if k + 1 < T else next_first[n]
+                v_next = 0.0 if ended else (values[k + 1, n] if k + 1 < T else next_value[n])
+                total += discount * (rewards[k, n] + gamma * v_next - values[k, n])
+                if ended:
+                    break
+                discount *= gamma * lam
+            adv[t, n] = total
+    return adv
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppg"])
+def test_gae_matches_definition_with_episode_boundaries(name):
+    compute_gae = load(name).compute_gae
+    g = torch.Generator().manual_seed(0)
+    T, N = 12, 5
+    rewards = torch.randn(T, N, generator=g, dtype=torch.float64)
+    values = torch.randn(T, N, generator=g, dtype=torch.float64)
+    firsts = torch.rand(T, N, generator=g) < 0.2
+    firsts[0] = True
+    next_value = torch.randn(N, generator=g, dtype=torch.float64)
+    next_first = torch.tensor([True, False, False, True, False])
+    adv, returns = compute_gae(rewards, values, firsts, next_value, next_first, 0.99, 0.9)
+    expected = reference_gae(rewards.numpy(), values.numpy(), firsts.numpy(), next_value.numpy(), next_first.numpy(), 0.99, 0.9)
+    np.testing.assert_allclose(adv.numpy(), expected, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(returns.numpy(), expected + values.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_gae_by_hand_three_steps_with_an_episode_end():
+    """Episode ends after step 1 (obs 2 is a first frame): step 1 does not bootstrap from V_2."""
+    compute_gae = load("ppo").compute_gae
+    r = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
+    v = torch.tensor([[0.5], [0.25], [1.0]], dtype=torch.float64)
+    firsts = torch.tensor([[True], [False], [True]])
+    gamma, lam = 0.9, 0.5
+    adv, _ = compute_gae(r, v, firsts, torch.tensor([2.0], dtype=torch.float64), torch.tensor([False]), gamma, lam)
+    d2 = 3.0 + gamma * 2.0 - 1.0
+    d1 = 2.0 - 0.25
+    d0 = 1.0 + gamma * 0.25 - 0.5
+    np.testing.assert_allclose(adv[:, 0].numpy(), [d0 + gamma * lam * d1, d1, d2], rtol=1e-12)

@@ -1,0 +1,80 @@
+"""The policy losses: PPO's clipped objective and the decoupled objectives of Section 2."""
+import math
+
+import pytest
+import torch
+
+from conftest import load
+
+
+def sample(n=64, seed=0, spread=0.3):
+    g = torch.Generator().manual_seed(seed)
+    logp_behav = -torch.rand(n, generator=g, dtype=torch.float64) * 3
+    logp_prox = logp_behav + spread * torch.randn(n, generator=g, dtype=torch.float64)
+    logp = logp_behav + spread * torch.randn(n, generator=g, dtype=torch.float64)
+    adv = torch.randn(n, generator=g, dtype=torch.float64)
+    return logp, logp_prox, logp_behav, adv
+
+
+def loss_and_grad(fn, logp, *args):
+    logp = logp.clone().requires_grad_(True)
+    loss, diag = fn(logp, *args)
+    loss.backward()
+    return loss.detach(), logp.grad, diag
+
+
+def test_ppo_loss_matches_clipped_objective_by_hand():
+    ppo = load("ppo")
+    logp, _, logp_old, adv = sample()
+    loss, _ = ppo.policy_loss(logp, logp_old, adv, 0.2, 0.0)
+    r = torch.exp(logp - logp_old)
+    expected = -torch.minimum(r * adv, torch.clamp(r, 0.8, 1.2) * adv).mean()  # eq. 7
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["ppo_ewma", "ppg_ewma"])
+@pytest.mark.parametrize("clip_coef,kl_penalty", [(0.2, 0.0), (0.0, 0.7), (0.2, 0.7)])
+def test_decoupled_equals_ppo_when_prox_is_behav(name, clip_coef, kl_penalty):
+    """Section 2's sanity check: with prox = behav the decoupled loss is PPO's, in value and gradient."""
+    ppo, ewma = load("ppo"), load(name)
+    logp, _, logp_behav, adv = sample(spread=0.5)
+    l0, g0, d0 = loss_and_grad(ppo.policy_loss, logp, logp_behav, adv, clip_coef, kl_penalty)
+    l1, g1, d1 = loss_and_grad(ewma.policy_loss, logp, logp_behav, logp_behav, adv, clip_coef, kl_penalty, 100.0)
+    assert torch.equal(l0, l1) and torch.equal(g0, g1)
+    assert torch.equal(d0["clipfrac"], d1["clipfrac"]) and d1["imp_samp_capfrac"] == 0
+
+
+def test_decoupled_clipped_objective_by_hand():
+    """(pi_prox/pi_behav) * min(r A, clip(r, 1-eps, 1+eps) A), r = pi_theta/pi_prox."""
+    ewma = load("ppo_ewma")
+    logp, logp_prox, logp_behav, adv = sample(seed=1)
+    loss, diag = ewma.policy_loss(logp, logp_behav, logp_prox, adv, 0.2, 0.0, 100.0)
+    p, p_prox, p_behav = logp.exp(), logp_prox.exp(), logp_behav.exp()
+    r = p / p_prox
+    expected = -((p_prox / p_behav) * torch.minimum(r * adv, torch.clamp(r, 0.8, 1.2) * adv)).mean()
+    torch.testing.assert_close(loss, expected, rtol=1e-10, atol=1e-12)
+    # clip fraction is measured against prox, the policy that is clipped against
+    assert float(diag["clipfrac"]) == pytest.approx(float(((r < 0.8) | (r > 1.2)).double().mean()))
+
+
+def test_importance_weight_is_capped_at_imp_samp_max_and_gradients_flow():
+    ewma = load("ppo_ewma")
+    logp = torch.tensor([-0.1, -0.2, -1.0], dtype=torch.float64)
+    logp_behav = torch.tensor([-10.0, -0.3, -1.1], dtype=torch.float64)  # first ratio e^9.9 ~ 20000
+    adv = torch.tensor([1.0, 1.0, -1.0], dtype=torch.float64)
+    loss, grad, diag = loss_and_grad(ewma.policy_loss, logp, logp_behav, logp_behav, adv, 0.0, 0.0, 100.0)
+    # the capped weight pi/pi_behav is exactly 100 in value; its gradient is d(100 e^{logp - logp.detach()})/dlogp = 100
+    weights = torch.tensor([100.0, math.exp(0.1), math.exp(0.1)], dtype=torch.float64)
+    torch.testing.assert_close(loss, -(weights * adv).mean())
+    torch.testing.assert_close(grad, -(weights * adv) / 3)
+    assert float(diag["imp_samp_capfrac"]) == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppo_ewma", "ppg", "ppg_ewma"])
+def test_clipping_off_with_clip_coef_zero(name):
+    """--clip-coef 0: no clipping at all; the surrogate is the importance-sampled policy gradient (eq. 6)."""
+    module = load(name)
+    logp, _, logp_behav, adv = sample(spread=1.0, seed=3)
+    args = (logp_behav, adv, 0.0, 0.0) if name in ("ppo", "ppg") else (logp_behav, logp_behav, adv, 0.0, 0.0, 1e9)
+    loss, _ = module.policy_loss(logp, *args)
+    torch.testing.assert_close(loss, -(torch.exp(logp - logp_behav) * adv).mean())

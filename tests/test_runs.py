@@ -1,0 +1,47 @@
+"""Tiny real runs of each script on Procgen: the files a run writes, and reproducibility by seed."""
+import json
+import math
+import os
+
+from conftest import EWMA_SCRIPTS, PPG_SCRIPTS, run_dirs, run_tiny
+
+LEARNING_COLUMNS = ["iteration", "global_step", "episodic_return", "episodic_length", "policy_loss", "value_loss",
+                    "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std"]
+
+
+def test_tiny_run_writes_config_and_progress(script, tmp_path, capsys):
+    name = script.__name__
+    run_dir, rows = run_tiny(name, tmp_path, "--exp-name", "tiny", iterations=2)
+    assert run_dirs(tmp_path) == [run_dir] and os.path.basename(run_dir).startswith("starpilot__tiny__1__")
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["num_envs"] == 4 and config["batch_size"] == 128 and config["num_iterations"] == 2
+    assert config["device"] == "cpu" and config["versions"]["torch"]
+    columns = set(rows[0])
+    assert set(LEARNING_COLUMNS + ["time_s", "sps"]) <= columns
+    assert ("imp_samp_capfrac" in columns) == (name in EWMA_SCRIPTS)
+    assert ({"aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"} <= columns) == (name in PPG_SCRIPTS)
+    assert [int(r["global_step"]) for r in rows] == [128, 256]
+    for row in rows:
+        for col in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_std", "sps"):
+            assert math.isfinite(float(row[col]))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("tiny on starpilot") and "4 envs x 32 steps" in out[0]
+    assert out[1].startswith("iter 1/2 | step 128 | return") and "sps" in out[1] and "eta" in out[1]
+
+
+def test_same_seed_same_metrics_different_seed_different(script, tmp_path):
+    name = script.__name__
+    runs = [run_tiny(name, tmp_path / str(i), "--seed", seed, iterations=2)[1] for i, seed in enumerate("772")]
+    learning = [[{c: r[c] for c in LEARNING_COLUMNS} for r in rows] for rows in runs]
+    assert learning[0] == learning[1]
+    assert learning[0] != learning[2]
+
+
+def test_total_timesteps_is_never_cut_short(tmp_path):
+    """A total that is not a whole number of iterations runs the last, partial, iteration in full."""
+    run_dir, rows = run_tiny("ppo", tmp_path, iterations=1)
+    assert len(rows) == 1
+    from conftest import load, tiny_argv
+    run_dir = load("ppo").main(tiny_argv("ppo", "--runs-dir", str(tmp_path / "b"), "--total-timesteps", "200"))
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["num_iterations"] == 2  # 200 steps = 1.56 iterations of 128
