@@ -101,11 +101,19 @@ def parse_args(argv=None):
     a("--save-model", action="store_true", help="write checkpoint.pt every --save-interval iterations and at the end")
     a("--save-interval", type=POSITIVE, default=10, help="iterations between checkpoints")
     a("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint, in the same folder")
+    # watching and testing the agent
+    a("--capture-video", action="store_true", help="save a GIF of one episode every --video-interval iterations and at the end")
+    a("--video-interval", type=POSITIVE, default=50, help="iterations between videos")
+    a("--eval-episodes", type=NON_NEGATIVE, default=0, help="episodes on held-out levels per evaluation (0 = off)")
+    a("--eval-interval", type=POSITIVE, default=10, help="iterations between evaluations")
+    a("--evaluate", metavar="RUN_DIR", help="evaluate RUN_DIR's saved agent without training (default 10 episodes)")
     # speed (never changes the maths)
     a("--micro-batch-size", type=NON_NEGATIVE, default=None,
       help="split each minibatch into gradient-accumulated micro-batches (same gradient); default 128 on CPU, 0 (off) on GPU")
+    a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (faster, changes numerics: off by default)")
+    a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
     args = p.parse_args(argv)
-    if args.resume:
+    if args.resume or args.evaluate:
         return resume_args(p, argv, args)
 
     # Arguments that depend on each other: checked here, before anything is written.
@@ -136,20 +144,25 @@ def apply_batch_size_invariance(args):
 
 
 def resume_args(p, argv, args):
-    """--resume RUN_DIR: that run's config.json. Only --total-timesteps (to extend the run), the device
-    and checkpoint flags may be given again; any other flag that differs from the run's is an error."""
-    if not os.path.isfile(os.path.join(args.resume, CHECKPOINT)):
-        p.error(f"argument --resume: no {CHECKPOINT} in {args.resume!r} (was the run started with --save-model?)")
-    with open(os.path.join(args.resume, "config.json")) as f:
+    """--resume (or --evaluate) RUN_DIR: that run's config.json. Only --total-timesteps (to extend the run),
+    the device, checkpoint, video and evaluation flags may be given again; any other flag that differs from
+    the run's is an error."""
+    flag, run_dir = ("--resume", args.resume) if args.resume else ("--evaluate", args.evaluate)
+    if not os.path.isfile(os.path.join(run_dir, CHECKPOINT)):
+        p.error(f"argument {flag}: no {CHECKPOINT} in {run_dir!r} (was the run started with --save-model?)")
+    with open(os.path.join(run_dir, "config.json")) as f:
         config = {k: v for k, v in json.load(f).items() if k not in DERIVED_KEYS}
     for action in p._actions:  # parse again, keeping only what the command line gave
         action.default = argparse.SUPPRESS
     given = vars(p.parse_args(argv))
+    free = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_interval", "eval_episodes", "eval_interval")
     for key, value in given.items():
-        if key not in ("resume", "total_timesteps", "cuda", "save_model", "save_interval") and config.get(key) != value:
-            p.error(f"argument --{key.replace('_', '-')}: the run being resumed has {config.get(key)!r}, got {value!r}")
-    config.update({k: given[k] for k in ("total_timesteps", "cuda", "save_interval") if k in given})
-    config.update(resume=args.resume, save_model=True, adam_betas=tuple(config["adam_betas"]))
+        if key not in free + ("resume", "evaluate", "save_model") and config.get(key) != value:
+            p.error(f"argument --{key.replace('_', '-')}: the run in {run_dir!r} has {config.get(key)!r}, got {value!r}")
+    config.update({k: given[k] for k in free if k in given})
+    config.update(resume=args.resume, evaluate=args.evaluate, save_model=True, adam_betas=tuple(config["adam_betas"]))
+    if args.evaluate and "eval_episodes" not in given:
+        config["eval_episodes"] = 10
     return argparse.Namespace(**config)
 
 
@@ -162,11 +175,13 @@ class ProcgenVecEnv(gym.vector.VectorEnv):
     time-outs as episode ends too, so everything is `terminated` (as in the official code).
     """
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    NUM_ACTIONS = 15  # every Procgen game has the same 15 actions
 
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
         import procgen  # imported here: it prints a harmless gym deprecation notice
         self.venv = procgen.ProcgenGym3Env(num=num_envs, env_name=env_id, distribution_mode=distribution_mode,
-                                           num_levels=num_levels, start_level=start_level, rand_seed=seed)
+                                           num_levels=num_levels, start_level=start_level, rand_seed=seed,
+                                           num_threads=min(16, len(os.sched_getaffinity(0))))
         self.num_envs = num_envs
         self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
         self.single_action_space = gym.spaces.Discrete(self.venv.ac_space.eltype.n)
@@ -228,10 +243,12 @@ class ImpalaCNN(nn.Module):
         self.stages = nn.Sequential(*[ConvSequence(c_in, c_out, scale)
                                       for c_in, c_out in zip((in_ch,) + channels[:-1], channels)])
         self.dense = normed(nn.Linear(channels[-1] * 8 * 8, out_features), 1.4)
+        self.bf16 = False  # --bf16: autocast inside the CNN only; heads and losses stay float32
 
     def forward(self, obs):
-        x = obs.permute(0, 3, 1, 2).float() / 255.0  # observations stay uint8 until here
-        return F.relu(self.dense(F.relu(self.stages(x).flatten(1))))
+        with torch.autocast(obs.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            x = obs.permute(0, 3, 1, 2).float() / 255.0  # observations stay uint8 until here
+            return F.relu(self.dense(F.relu(self.stages(x).flatten(1)))).float()
 
 
 class Agent(nn.Module):
@@ -248,6 +265,15 @@ class Agent(nn.Module):
 
     def logits(self, obs):  # policy only: no value head
         return self.pi_head(self.trunk(obs))
+
+
+def configure_cnns(nets, bf16, compile):
+    """The speed options, for every IMPALA CNN in `nets`: bf16 autocast, and torch.compile in place
+    (parameter names, hence checkpoints, unchanged)."""
+    for cnn in [m for net in nets for m in net.modules() if isinstance(m, ImpalaCNN)]:
+        cnn.bf16 = bf16
+        if compile:
+            cnn.compile()
 
 
 def log_prob(logits, actions):
@@ -273,14 +299,17 @@ def new_rollout(num_steps, num_envs, device):
 def collect_rollout(envs, agent, next_obs, next_first, num_steps, device):
     """Run the behaviour policy (the current network) for num_steps steps in every environment."""
     rollout = new_rollout(num_steps, envs.num_envs, device)
-    episode_returns, episode_lengths = [], []
+    episode_returns, episode_lengths, env_time = [], [], 0.0
     for t in range(num_steps):
         rollout["obs"][t], rollout["firsts"][t] = next_obs, next_first
         logits, value = agent(next_obs)
         action = torch.multinomial(F.softmax(logits, dim=-1), 1).squeeze(-1)
         rollout["actions"][t], rollout["values"][t] = action, value
         rollout["logp_behav"][t] = log_prob(logits, action)  # pi_behav(a_t|s_t), stored for later
-        obs, reward, terminated, truncated, info = envs.step(action.cpu().numpy())  # the one host sync
+        action = action.cpu().numpy()  # the one host sync per step
+        env_start = time.perf_counter()
+        obs, reward, terminated, truncated, info = envs.step(action)
+        env_time += time.perf_counter() - env_start
         rollout["rewards"][t] = torch.from_numpy(reward).to(device)
         next_obs = torch.from_numpy(obs).to(device)
         next_first = torch.from_numpy(terminated | truncated).to(device)
@@ -290,7 +319,7 @@ def collect_rollout(envs, agent, next_obs, next_first, num_steps, device):
             episode_lengths += info["episode"]["l"][done].tolist()
     rollout["next_value"] = agent(next_obs)[1]  # bootstrap value, stored with the data (staleness)
     rollout["next_first"] = next_first
-    return rollout, next_obs, next_first, episode_returns, episode_lengths
+    return rollout, next_obs, next_first, episode_returns, episode_lengths, env_time
 
 
 # --- Reward normalisation --------------------------------------------------------------------------------
@@ -424,6 +453,74 @@ def update(agent, optimizer, batch, args):
     return {k: float(v) for k, v in sums.items()}
 
 
+# --- Evaluation and videos -----------------------------------------------------------------------------------
+def held_out_levels(args):
+    """(start_level, num_levels) for evaluation: the levels right after the training range when --num-levels
+    is set, which never overlap [start_level, start_level + num_levels); the full distribution otherwise."""
+    return (args.start_level + args.num_levels, 1_000_000) if args.num_levels else (args.start_level, 0)
+
+
+@torch.no_grad()
+def evaluate(args, agent, device, episodes, seed):
+    """Returns and lengths of `episodes` episodes of the current policy on held-out levels. Its own
+    environments and random generator: training's environments and RNG streams are untouched."""
+    start_level, num_levels = held_out_levels(args)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(ProcgenVecEnv(
+        args.env_id, episodes, args.distribution_mode, num_levels, start_level, seed))
+    generator = torch.Generator(device).manual_seed(seed)
+    obs, _ = envs.reset()
+    # one environment per episode, each counted once: taking the first episodes to finish would favour short ones
+    returns, lengths = np.full(episodes, np.nan), np.zeros(episodes, dtype=int)
+    while np.isnan(returns).any():
+        logits = agent.logits(torch.from_numpy(obs).to(device))
+        action = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+        obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
+        first_end = (terminated | truncated) & np.isnan(returns)
+        if first_end.any():
+            returns[first_end], lengths[first_end] = info["episode"]["r"][first_end], info["episode"]["l"][first_end]
+    envs.close()
+    return returns.tolist(), lengths.tolist()
+
+
+@torch.no_grad()
+def record_video(args, agent, device, path, seed, max_frames=1000, scale=2):
+    """An animated GIF of one episode of the current policy on a held-out level (its 64x64 frames upscaled):
+    a few MB at most. Its own environment and random generator: training is untouched."""
+    from PIL import Image  # comes with matplotlib
+    start_level, num_levels = held_out_levels(args)
+    env = ProcgenVecEnv(args.env_id, 1, args.distribution_mode, num_levels, start_level, seed)
+    generator = torch.Generator(device).manual_seed(seed)
+    obs, _ = env.reset()
+    frames = [obs[0]]
+    while len(frames) < max_frames:
+        logits = agent.logits(torch.from_numpy(obs).to(device))
+        action = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+        obs, _, terminated, _, _ = env.step(action.cpu().numpy())
+        if terminated[0]:  # obs is already the next level's first frame
+            break
+        frames.append(obs[0])
+    env.close()
+    images = [Image.fromarray(f).resize((64 * scale, 64 * scale), Image.NEAREST) for f in frames]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=40, loop=0)
+    return len(frames)
+
+
+def evaluate_saved_agent(args, device):
+    """--evaluate RUN_DIR: load the saved agent, evaluate it on held-out levels, optionally write a GIF."""
+    agent = Agent(ProcgenVecEnv.NUM_ACTIONS).to(device)
+    state = read_checkpoint(args.evaluate, device)
+    agent.load_state_dict(state["agent"])
+    returns, lengths = evaluate(args, agent, device, args.eval_episodes, seed=args.seed + 10_000)
+    stderr = np.std(returns, ddof=1) / math.sqrt(len(returns)) if len(returns) > 1 else float("nan")
+    print(f"{args.env_id}, iteration {state['iteration']}: mean return {np.mean(returns):.2f} +- {stderr:.2f} "
+          f"(standard error) over {len(returns)} held-out episodes, mean length {np.mean(lengths):.0f}")
+    if args.capture_video:
+        path = os.path.join(args.evaluate, "videos", f"evaluate_iter_{state['iteration']:06d}.gif")
+        print(f"video: {path} ({record_video(args, agent, device, path, seed=args.seed + 20_000)} frames)")
+    return returns
+
+
 # --- Long runs: checkpoints, resume, signals, non-finite values ---------------------------------------------
 CHECKPOINT = "checkpoint.pt"
 DERIVED_KEYS = ("batch_size", "minibatch_size", "num_iterations", "device", "versions")
@@ -441,9 +538,20 @@ def save_checkpoint(run_dir, stateful, **extra):
     os.replace(path + ".tmp", path)
 
 
+def read_checkpoint(run_dir, device):
+    """Safe loading (weights_only: tensors and plain containers only); a GPU run loads on a CPU too.
+    An unreadable file is a usage error: one line, exit code 2."""
+    path = os.path.join(run_dir, CHECKPOINT)
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # truncated, corrupt, or not a checkpoint at all
+        reason = str(e).splitlines()[0] if str(e) else "corrupt file"
+        print(f"{os.path.basename(__file__)}: error: cannot read {path}: {type(e).__name__}: {reason}", file=sys.stderr)
+        sys.exit(2)
+
+
 def load_checkpoint(run_dir, stateful, device):
-    """Safe loading (weights_only: tensors and plain containers only); a GPU run loads on a CPU too."""
-    state = torch.load(os.path.join(run_dir, CHECKPOINT), map_location=device, weights_only=True)
+    state = read_checkpoint(run_dir, device)
     for name, obj in stateful.items():
         obj.load_state_dict(state[name])
     rng = state["rng"]
@@ -482,7 +590,8 @@ def check_finite(iteration, row, agent):
 
 # --- Logging ------------------------------------------------------------------------------------------------
 COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length", "policy_loss",
-           "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std"]
+           "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std",
+           "env_time_s", "rollout_time_s", "update_time_s", "eval_return", "eval_length"]
 
 
 def create_run_dir(args):
@@ -510,6 +619,9 @@ def main(argv=None):
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     if args.micro_batch_size is None:  # the network is ~99% of CPU time: small micro-batches are ~1.7x faster
         args.micro_batch_size = 128 if device.type == "cpu" else 0
+    if args.evaluate:
+        return evaluate_saved_agent(args, device)
+    torch.set_num_threads(len(os.sched_getaffinity(0)))  # every core this process may use
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -523,6 +635,7 @@ def main(argv=None):
     adv_moments = AdvantageMoments(args.adv_ewma_decay, device)
     stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
     stateful = {"agent": agent, "optimizer": optimizer, "reward_normalizer": reward_normalizer, "adv_moments": adv_moments}
+    configure_cnns([net for net in stateful.values() if isinstance(net, nn.Module)], args.bf16, args.compile)
 
     start_iteration, elapsed = 0, 0.0
     run_dir = args.resume or create_run_dir(args)
@@ -553,8 +666,9 @@ def main(argv=None):
     for iteration in range(start_iteration + 1, num_iterations + 1):
         iteration_start = time.time()
         agent.eval()
-        rollout, next_obs, next_first, ep_returns, ep_lengths = collect_rollout(
+        rollout, next_obs, next_first, ep_returns, ep_lengths, env_time = collect_rollout(
             envs, agent, next_obs, next_first, args.num_steps, device)
+        rollout_time = time.time() - iteration_start
         if args.norm_reward:
             rollout["rewards"] = reward_normalizer(rollout["rewards"], rollout["firsts"])
 
@@ -565,13 +679,20 @@ def main(argv=None):
             batch = make_batch(stale_rollouts.popleft(), agent, adv_moments, args)
             agent.train()
             row = update(agent, optimizer, batch, args)
-            row.update(adv_mean=float(batch["adv_mean"]), adv_std=float(batch["adv_std"]))
+            row.update(adv_mean=float(batch["adv_mean"]), adv_std=float(batch["adv_std"]),
+                       update_time_s=round(time.time() - iteration_start - rollout_time, 3))
 
         now = time.time()
         row.update(iteration=iteration, global_step=iteration * batch_size, time_s=round(now - start_time, 3),
-                   sps=round(batch_size / (now - iteration_start), 1),
+                   sps=round(batch_size / (now - iteration_start), 1), env_time_s=round(env_time, 3),
+                   rollout_time_s=round(rollout_time, 3),
                    episodic_return=np.mean(ep_returns) if ep_returns else "",
                    episodic_length=np.mean(ep_lengths) if ep_lengths else "")
+        if args.eval_episodes and (iteration % args.eval_interval == 0 or iteration == num_iterations):
+            eval_returns, eval_lengths = evaluate(args, agent, device, args.eval_episodes, seed=args.seed + iteration)
+            row.update(eval_return=np.mean(eval_returns), eval_length=np.mean(eval_lengths))
+        if args.capture_video and (iteration % args.video_interval == 0 or iteration == num_iterations):
+            record_video(args, agent, device, os.path.join(run_dir, "videos", f"iter_{iteration:06d}.gif"), seed=args.seed)
         progress.writerow(row)
         csv_file.flush()
         eta = (now - start_time) / iteration * (num_iterations - iteration)

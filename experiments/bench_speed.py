@@ -1,0 +1,142 @@
+"""Speed benchmark: how fast each script trains, and how close that is to what this machine allows.
+
+    python experiments/bench_speed.py                      # the four scripts at the default config
+    python experiments/bench_speed.py --options "" "--micro-batch-size 0" "--bf16"
+    python experiments/bench_speed.py --pieces             # env step, policy forward, one update: the ceiling
+
+Runs mode: each script (with each option set) trains for --iterations iterations in its own process;
+the per-iteration `sps` and time split are read back from progress.csv, skipping --warmup iterations.
+PPG scripts run with --n-pi equal to the measured iterations so that an aux phase is included (its cost
+per env step does not depend on N_pi: every rollout is trained E_aux times). Ratios are within one run
+of this benchmark, on one machine: compare only those.
+"""
+import argparse
+import csv
+import glob
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
+
+
+def run_script(script, options, args, workdir):
+    iterations = args.warmup + args.iterations
+    batch = args.num_envs * args.num_steps
+    cmd = [sys.executable, os.path.join(ROOT, f"{script}.py"), "--env-id", args.env_id, "--num-envs", str(args.num_envs),
+           "--num-steps", str(args.num_steps), "--total-timesteps", str(iterations * batch), "--runs-dir", workdir,
+           "--exp-name", f"bench_{script}"] + (["--n-pi", str(args.iterations)] if script.startswith("ppg") else [])
+    cmd += shlex.split(options) + shlex.split(args.extra)
+    start = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"bench_speed.py: {' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    run_dir = max(glob.glob(os.path.join(workdir, f"*__bench_{script}__*")), key=os.path.getmtime)
+    rows = list(csv.DictReader(open(os.path.join(run_dir, "progress.csv"))))[args.warmup:]
+    seconds = sum(batch / float(r["sps"]) for r in rows)
+
+    def total(column):
+        return sum(float(r[column]) for r in rows if r.get(column))
+    return {"script": script, "options": options or "(default)", "sps": len(rows) * batch / seconds,
+            "env_s": total("env_time_s"), "rollout_fwd_s": total("rollout_time_s") - total("env_time_s"),
+            "update_s": total("update_time_s"), "aux_s": total("aux_time_s"), "total_s": seconds,
+            "wall_s": time.time() - start}
+
+
+def runs_mode(args):
+    results = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for script in args.scripts:
+            for options in args.options:
+                r = run_script(script, options, args, workdir)
+                results.append(r)
+                print(f"  {r['script']} {r['options']}: {r['sps']:.0f} SPS", file=sys.stderr, flush=True)
+    base = {r["options"]: r["sps"] for r in results if r["script"] == "ppo"}
+    default = {r["script"]: r["sps"] for r in results if r["options"] == (args.options[0] or "(default)")}
+    print(f"\n{args.num_envs} envs x {args.num_steps} steps, {args.iterations} measured iterations after "
+          f"{args.warmup} warm-up; {args.extra or 'default hyperparameters'}")
+    header = (f"{'script':<9} {'options':<24} {'SPS':>7} {'vs ppo.py':>9} {'vs 1st opt':>10} {'env s':>7} "
+              f"{'rollout fwd s':>13} {'update s':>8} {'aux s':>7}")
+    print(header + "\n" + "-" * len(header))
+    for r in results:
+        vs_ppo = r["sps"] / base[r["options"]] if r["options"] in base else float("nan")
+        print(f"{r['script']:<9} {r['options']:<24} {r['sps']:7.0f} {vs_ppo:9.3f} {r['sps'] / default[r['script']]:10.3f} "
+              f"{r['env_s']:7.1f} {r['rollout_fwd_s']:13.1f} {r['update_s']:8.1f} {r['aux_s']:7.1f}")
+    print("time ratio vs ppo.py = 1 / (SPS ratio); e.g. the EWMA overhead is ppo.py SPS / ppo_ewma.py SPS")
+
+
+def pieces_mode(args):
+    """Time the pieces on random data with ppo.py's own functions and print the implied ceiling."""
+    import numpy as np
+    import torch
+    sys.path.insert(0, ROOT)
+    import ppo
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    n, steps = args.num_envs, args.num_steps
+    env = ppo.ProcgenVecEnv(args.env_id, n, "easy", 0, 0, 1)
+    env.reset()
+    actions = np.random.randint(0, 15, size=n)
+    t = time.perf_counter()
+    for _ in range(100):
+        env.step(actions)
+    env_step = (time.perf_counter() - t) / 100
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    agent = ppo.Agent(15).to(device)
+    obs = torch.randint(0, 256, (n, 64, 64, 3), dtype=torch.uint8, device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            agent(obs)
+        sync()
+        t = time.perf_counter()
+        for _ in range(20):
+            agent(obs)
+        sync()
+    forward = (time.perf_counter() - t) / 20
+    argv = ["--num-envs", str(n), "--num-steps", str(steps), "--no-cuda"] + shlex.split(args.extra)
+    cfg = ppo.parse_args(argv)
+    cfg.micro_batch_size = cfg.micro_batch_size if cfg.micro_batch_size is not None else (128 if device.type == "cpu" else 0)
+    b = n * steps
+    batch = {"obs": torch.randint(0, 256, (b, 64, 64, 3), dtype=torch.uint8, device=device),
+             "actions": torch.randint(0, 15, (b,), device=device), "advantages": torch.randn(b, device=device),
+             "returns": torch.randn(b, device=device), "logp_behav": torch.full((b,), -2.7, device=device)}
+    batch["logp_old"] = batch["logp_behav"]
+    optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate)
+    t = time.perf_counter()
+    ppo.update(agent, optimizer, batch, cfg)
+    sync()
+    update = time.perf_counter() - t
+    iteration = steps * (env_step + forward) + update
+    print(f"{device}, {n} envs x {steps} steps, micro-batch {cfg.micro_batch_size or 'off'}, "
+          f"{torch.get_num_threads()} torch threads")
+    print(f"env step ({n} envs):        {env_step * 1e3:8.2f} ms  -> rollout env time {steps * env_step:6.2f} s")
+    print(f"policy forward (batch {n}): {forward * 1e3:8.2f} ms  -> rollout forwards {steps * forward:6.2f} s")
+    print(f"one PPO update (random data):   {update:8.2f} s")
+    print(f"serial ceiling: {b / iteration:,.0f} SPS for ppo.py (rollout + update, nothing else)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=SCRIPTS)
+    p.add_argument("--options", nargs="+", default=[""], help="option sets to compare, e.g. '' '--bf16'")
+    p.add_argument("--env-id", default="starpilot")
+    p.add_argument("--num-envs", type=int, default=64)
+    p.add_argument("--num-steps", type=int, default=256)
+    p.add_argument("--iterations", type=int, default=2, help="measured iterations per run")
+    p.add_argument("--warmup", type=int, default=1, help="iterations skipped at the start of each run")
+    p.add_argument("--extra", default="", help="more arguments for every run, e.g. '--no-cuda'")
+    p.add_argument("--pieces", action="store_true", help="time the pieces instead of whole runs")
+    p.add_argument("--no-cuda", action="store_true", help="with --pieces: stay on the CPU")
+    args = p.parse_args()
+    pieces_mode(args) if args.pieces else runs_mode(args)
+
+
+if __name__ == "__main__":
+    main()
