@@ -84,7 +84,7 @@ def parse_args(argv=None):
     a("--learning-rate", type=number(float, 0, low_open=True), default=5e-4, help="Adam step size (alpha)")
     a("--gamma", type=number(float, 0, 1), default=0.999, help="discount (gamma)")
     a("--gae-lambda", type=number(float, 0, 1), default=0.95, help="GAE bootstrapping parameter (lambda)")
-    a("--clip-coef", type=number(float, 0), default=0.2, help="PPO clipping parameter (epsilon); 0 turns clipping off")
+    a("--clip-coef", type=number(float, 0, 1, high_open=True), default=0.2, help="PPO clipping parameter (epsilon); 0 turns clipping off")
     a("--kl-penalty", type=number(float, 0), default=0.0, help="KL penalty coefficient (beta in eq. 8); 0 = off")
     a("--ent-coef", type=number(float, 0), default=0.01, help="entropy coefficient")
     a("--vf-coef", type=number(float, 0), default=0.5, help="value function coefficient")
@@ -141,6 +141,9 @@ def apply_batch_size_invariance(args):
     # Appendix B: the aux phase keeps its minibatch size (N/16 whole trajectories: 16 N_pi minibatches
     # per epoch at the defaults) and its step size when the number of envs per worker is reduced.
     args.aux_minibatch_trajs, args.aux_learning_rate = max(1, args.num_envs // 16), args.learning_rate
+    args.adam_betas = (0.9, 0.999)  # Adam's defaults
+    if c == 1:
+        return  # nothing to adjust
     args.num_envs //= c
     if "lr" not in args.no_adjust:
         args.learning_rate /= math.sqrt(c)  # Adam step size / sqrt(C) (Section 3.2, Appendix C)
@@ -148,8 +151,8 @@ def apply_batch_size_invariance(args):
         args.adv_ewma_decay = 1 - 2 / (c * (2 / (1 - args.adv_ewma_decay) - 1) + 1)
     if "n_pi" not in args.no_adjust:
         args.n_pi *= c  # policy iterations per phase times C: the phase batch size stays the same
-    betas = (0.9, 0.999)  # Adam's defaults
-    args.adam_betas = tuple(b ** (1 / c) for b in betas) if args.adam_beta_adjust else betas  # Appendix D
+    if args.adam_beta_adjust:
+        args.adam_betas = tuple(b ** (1 / c) for b in args.adam_betas)  # Appendix D
 
 
 def resume_args(p, argv, args):
@@ -443,8 +446,8 @@ def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty):
     # KL[old, theta] by the sampled estimate 0.5 * (log r)^2, as the official code
     kl = 0.5 * logratio.pow(2)
     with torch.no_grad():
-        diagnostics = {"approx_kl": kl.mean(), "clipfrac": ((logratio < math.log(1 - clip_coef)) |
-                                                            (logratio > math.log(1 + clip_coef))).float().mean()}
+        outside = (logratio < math.log(1 - clip_coef)) | (logratio > math.log(1 + clip_coef))
+        diagnostics = {"approx_kl": kl.mean(), "clipfrac": outside.float().mean() if clip_coef > 0 else kl.new_zeros(())}
     return pg_losses.mean() + kl_penalty * kl.mean(), diagnostics
 
 

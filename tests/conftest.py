@@ -19,10 +19,10 @@ TINY_PPG = ["--n-pi", "2", "--e-aux", "1"]
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
-def load(name):
-    """Import ppo.py (etc.) from the repository root as a module, once."""
+def load(name, folder=ROOT):
+    """Import <folder>/<name>.py (ppo.py etc. by default) as a module named `name`, once."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, f"{name}.py"))
+        spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{name}.py"))
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)

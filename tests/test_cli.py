@@ -17,6 +17,7 @@ COMMON_BAD = [
     (["--learning-rate", "0"], "--learning-rate"),
     (["--gamma", "1.5"], "--gamma"),
     (["--clip-coef", "-0.1"], "--clip-coef"),
+    (["--clip-coef", "1"], "--clip-coef"),  # log(1 - eps) needs eps < 1
     (["--kl-penalty", "-1"], "--kl-penalty"),
     (["--adv-ewma-decay", "1"], "--adv-ewma-decay"),
     (["--staleness", "-1"], "--staleness"),

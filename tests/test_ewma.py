@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import load
+
 
 
 def closed_form(thetas, beta):

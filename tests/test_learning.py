@@ -5,7 +5,7 @@ pays 1 for action 7, every episode is one step. Each iteration samples actions f
 builds the batch with the script's make_batch (GAE, advantage normalisation) and runs its update."""
 import torch
 
-from conftest import load
+
 
 TARGET = {0: 3, 1: 7}
 

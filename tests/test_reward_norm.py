@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from conftest import load
+
 
 
 def test_reward_normalizer_matches_running_return_statistics(script):

@@ -1,0 +1,102 @@
+"""Plot training curves: episodic return against env steps and against wall-clock time.
+
+    python experiments/plot.py runs/starpilot__ppo__1__1700000000 runs/starpilot__ppo__2__1700000100 -o ppo.png
+    python experiments/plot.py runs/fig4_quick -o fig4_curves.png --normalize --smooth 10
+
+Each argument is a run folder (config.json + progress.csv) or any folder containing run folders.
+Runs that share an exp_name and env_id are one curve: the mean over seeds, with a shaded spread
+(standard deviation by default, or min-max). Where progress.csv has an `eval_return` column with
+values, it is drawn too, dashed, in the same colour (train vs test: the generalisation gap).
+"""
+import argparse
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+PANELS = (("global_step", "env steps"), ("time_s", "wall-clock time (s)"))
+
+
+def draw_group(ax, runs, x, y, colour, label, smooth_k, normalize, spread, linestyle="-"):
+    """One mean-over-seeds curve with its spread; returns whether anything was drawn."""
+    stats = common.mean_curve([common.curve(run, x, y, smooth_k, normalize) for run in runs])
+    if stats is None:
+        return False
+    low, high = ((stats["min"], stats["max"]) if spread == "minmax"
+                 else (stats["mean"] - stats["std"], stats["mean"] + stats["std"]))
+    ax.plot(stats["x"], stats["mean"], color=colour, linestyle=linestyle, label=label)
+    if stats["n"] > 1:
+        ax.fill_between(stats["x"], low, high, color=colour, alpha=0.2 if linestyle == "-" else 0.1, linewidth=0)
+    return True
+
+
+def plot_runs(runs, out, normalize=False, smooth_k=1, spread="std", title=None):
+    """Two panels (return vs env steps, vs time); one curve per (exp_name, env_id); writes `out`.
+
+    Returns the labels of the curves drawn (eval curves end in ': eval')."""
+    groups = common.group_runs(runs, keys=("exp_name", "env_id"))
+    if normalize:
+        dropped = [key for key, members in groups.items() if not all(common.can_normalize(r) for r in members)]
+        for key in dropped:
+            mode = groups[key][0]["config"].get("distribution_mode")
+            print(f"plot.py: no normalisation constants for {key[1]} ({mode}); left out", file=sys.stderr)
+            del groups[key]
+    several_envs = len({env for _, env in groups}) > 1
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    drawn = []
+    for i, ((exp_name, env_id), members) in enumerate(groups.items()):
+        colour = colours[i % len(colours)]
+        label = f"{exp_name} ({env_id})" if several_envs else exp_name
+        label += f", {len(members)} seed{'s' if len(members) > 1 else ''}"
+        for ax, (x, _) in zip(axes, PANELS):
+            drew = draw_group(ax, members, x, "episodic_return", colour, label, smooth_k, normalize, spread)
+            if drew and ax is axes[0]:
+                drawn.append(label)
+            if any("eval_return" in r["columns"] for r in members):
+                if draw_group(ax, members, x, "eval_return", colour, f"{label}: eval", smooth_k, normalize, spread,
+                              "--") and ax is axes[0]:
+                    drawn.append(f"{label}: eval")
+    ylabel = "normalised return" if normalize else "episodic return"
+    for ax, (_, xlabel) in zip(axes, PANELS):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel + (f" (smoothed over {smooth_k} iterations)" if smooth_k > 1 else ""))
+        ax.grid(alpha=0.3)
+    if drawn:
+        axes[0].legend(fontsize="small")
+    fig.suptitle(title or f"mean over seeds, shaded: {'min-max' if spread == 'minmax' else '+- 1 std'}")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return drawn
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run folders, or folders containing run folders")
+    p.add_argument("-o", "--out", default="returns.png", help="output image (PNG)")
+    p.add_argument("--normalize", action="store_true", help="Procgen normalised return (Cobbe et al. 2019 constants)")
+    p.add_argument("--smooth", type=int, default=1, help="moving average over this many iterations")
+    p.add_argument("--spread", choices=("std", "minmax"), default="std", help="shaded spread across seeds")
+    args = p.parse_args(argv)
+    missing = [path for path in args.paths if not os.path.isdir(path)]
+    if missing:
+        p.error(f"not a folder: {', '.join(missing)}")
+    runs = common.load_runs(args.paths)
+    if not runs:
+        p.error("no run folders (config.json + progress.csv) found under " + ", ".join(args.paths))
+    plot_runs(runs, args.out, args.normalize, args.smooth, args.spread)
+    print(f"{len(runs)} runs -> {args.out}")
+    return args.out
+
+
+if __name__ == "__main__":
+    main()

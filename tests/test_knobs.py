@@ -1,0 +1,354 @@
+"""The paper's knobs: batch-size-invariance adjustments (Section 4), EWMA advantage normalisation (Section 4),
+the KL-penalty objective (eq. 8 and its decoupled form, Section 2), artificial staleness and the choice of old /
+proximal policy (Section 5.1), and tiny real runs of every flag."""
+import copy
+import json
+import math
+import os
+
+import pytest
+import torch
+
+from conftest import EWMA_SCRIPTS, PPG_SCRIPTS, load, run_tiny, tiny_argv
+
+NUM_ACTIONS = 15
+CPU = torch.device("cpu")
+
+
+# --- helpers local to this file ----------------------------------------------------------------------------
+def com_prox(beta):  # centre of mass of the proximal EWMA, in gradient steps (Section 4)
+    return 1 / (1 - beta) - 1
+
+
+def ess_adv(beta):  # effective sample size (span) of the advantage EWMA, in iterations (footnote 1)
+    return 2 / (1 - beta) - 1
+
+
+def divisor_argv(name, c):
+    """--batch-divisor C, plus --update-epochs 1 where the script has policy epochs called that (PPO)."""
+    return ["--batch-divisor", str(c)] + ([] if name in PPG_SCRIPTS else ["--update-epochs", "1"])
+
+
+def parse_error(module, argv, capsys):
+    """parse_args(argv) must exit 2 with one line on stderr and no traceback; returns that line."""
+    with pytest.raises(SystemExit) as exc:
+        module.parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n") and "Traceback" not in err, err
+    return err
+
+
+def call_policy_loss(module, logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty):
+    """The script's policy_loss: PPO's against one old policy (prox = old), the EWMA scripts' decoupled one."""
+    if module.__name__ in EWMA_SCRIPTS:
+        return module.policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, 100.0)
+    return module.policy_loss(logp, logp_prox, advantages, clip_coef, kl_penalty)
+
+
+def categorical_log_prob(logits, actions):  # independent of the scripts' log_prob
+    return torch.distributions.Categorical(logits=logits).log_prob(actions)
+
+
+def random_rollout(module, args, seed=0):
+    """new_rollout(...) filled with random data: uint8 frames, actions, behaviour log-probs, rewards, firsts."""
+    g = torch.Generator().manual_seed(seed)
+    T, N = args.num_steps, args.num_envs
+    rollout = module.new_rollout(T, N, CPU)
+    rollout["obs"].copy_(torch.randint(0, 256, rollout["obs"].shape, dtype=torch.uint8, generator=g))
+    rollout["actions"].copy_(torch.randint(0, NUM_ACTIONS, (T, N), generator=g))
+    rollout["logp_behav"].copy_(-torch.rand((T, N), generator=g) * 3 - 0.5)
+    rollout["rewards"].copy_(torch.randn((T, N), generator=g))
+    rollout["firsts"].copy_(torch.rand((T, N), generator=g) < 0.1)
+    rollout["values"].copy_(torch.randn((T, N), generator=g))
+    rollout["next_value"] = torch.randn(N, generator=g)
+    rollout["next_first"] = torch.rand(N, generator=g) < 0.1
+    return rollout
+
+
+# --- Batch-size invariance (Section 4) ---------------------------------------------------------------------
+EXPECTED_ADJUSTMENTS = {"ppo": {"lr", "adv"}, "ppo_ewma": {"lr", "prox", "adv"},
+                        "ppg": {"lr", "adv", "n_pi"}, "ppg_ewma": {"lr", "prox", "adv", "n_pi"}}
+
+
+def test_each_script_lists_the_adjustments_that_apply_to_it(script):
+    assert set(script.ADJUSTMENTS) == EXPECTED_ADJUSTMENTS[script.__name__]
+
+
+def test_batch_divisor_applies_every_adjustment(script):
+    name, c = script.__name__, 4
+    default = script.parse_args([])
+    args = script.parse_args(divisor_argv(name, c))
+    assert default.num_envs == 64 and args.num_envs == default.num_envs // c == 16
+    assert default.learning_rate == 5e-4
+    assert args.learning_rate == pytest.approx(default.learning_rate / math.sqrt(c), rel=1e-12)
+    assert args.learning_rate == pytest.approx(2.5e-4, rel=1e-12)
+    assert default.adv_ewma_decay == 0.0
+    assert ess_adv(args.adv_ewma_decay) == pytest.approx(c * ess_adv(default.adv_ewma_decay), rel=1e-9)
+    assert args.adv_ewma_decay == pytest.approx((c - 1) / (c + 1), rel=1e-12)  # = 0.6 from the default 0
+    assert args.adam_betas == default.adam_betas == (0.9, 0.999)  # raised only with --adam-beta-adjust
+    if name in EWMA_SCRIPTS:
+        assert default.beta_prox == 0.889
+        assert com_prox(args.beta_prox) == pytest.approx(c * com_prox(default.beta_prox), rel=1e-9)
+        expected = 1 - 1 / (c * (1 / (1 - 0.889) - 1) + 1)  # solve 1/(1-b)-1 = c (1/(1-0.889)-1) for b
+        assert args.beta_prox == pytest.approx(expected, rel=1e-12) and args.beta_prox == pytest.approx(0.9697, abs=1e-4)
+    if name in PPG_SCRIPTS:
+        assert default.n_pi == 32 and args.n_pi == c * default.n_pi == 128
+        assert args.e_pi == 1
+
+
+def test_no_adjust_drops_exactly_one_adjustment(script):
+    name, c = script.__name__, 4
+    default = script.parse_args([])
+    adjusted = {"lr": default.learning_rate / math.sqrt(c),
+                "adv": 1 - 2 / (c * ess_adv(default.adv_ewma_decay) + 1),
+                "prox": 1 - 1 / (c * com_prox(getattr(default, "beta_prox", 0.0)) + 1),
+                "n_pi": c * getattr(default, "n_pi", 0)}
+    attr = {"lr": "learning_rate", "adv": "adv_ewma_decay", "prox": "beta_prox", "n_pi": "n_pi"}
+    for dropped in script.ADJUSTMENTS:
+        args = script.parse_args(divisor_argv(name, c) + ["--no-adjust", dropped])
+        assert args.num_envs == default.num_envs // c  # the batch is divided whatever is dropped
+        for knob in script.ADJUSTMENTS:
+            value = getattr(args, attr[knob])
+            if knob == dropped:
+                assert value == getattr(default, attr[knob]), (dropped, knob)
+            else:
+                assert value == pytest.approx(adjusted[knob], rel=1e-12), (dropped, knob)
+    # repeatable: dropping all of them leaves every knob at its default
+    args = script.parse_args(divisor_argv(name, c) + [x for k in script.ADJUSTMENTS for x in ("--no-adjust", k)])
+    for knob in script.ADJUSTMENTS:
+        assert getattr(args, attr[knob]) == getattr(default, attr[knob])
+
+
+def test_adam_beta_adjust_raises_betas_to_the_power_one_over_c(script):
+    args = script.parse_args(divisor_argv(script.__name__, 4) + ["--adam-beta-adjust"])
+    assert args.adam_betas == pytest.approx((0.9 ** 0.25, 0.999 ** 0.25), rel=1e-15)
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppo_ewma"])
+def test_batch_divisor_needs_one_policy_epoch(name, capsys):
+    module = load(name)
+    assert module.parse_args([]).update_epochs == 3
+    assert "--batch-divisor" in parse_error(module, ["--batch-divisor", "4"], capsys)
+    assert module.parse_args(["--batch-divisor", "4", "--update-epochs", "1"]).num_envs == 16
+
+
+def test_batch_divisor_must_divide_num_envs(script, capsys):
+    assert "--batch-divisor" in parse_error(script, divisor_argv(script.__name__, 3), capsys)
+
+
+def test_no_adjust_needs_batch_divisor(script, capsys):
+    assert "--no-adjust" in parse_error(script, ["--no-adjust", "lr"], capsys)
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppo_ewma", "ppg"])
+def test_no_adjust_rejects_adjustments_that_do_not_apply(name, capsys):
+    module = load(name)
+    missing = {"lr", "adv", "prox", "n_pi"} - set(module.ADJUSTMENTS)
+    assert missing
+    for knob in missing:
+        assert "--no-adjust" in parse_error(module, divisor_argv(name, 4) + ["--no-adjust", knob], capsys)
+
+
+# --- Advantage normalisation with EWMA moments (Section 4) --------------------------------------------------
+def test_advantage_moments_with_decay_zero_are_this_batch_population_mean_and_std(script):
+    moments = script.AdvantageMoments(0.0, CPU)
+    g = torch.Generator().manual_seed(0)
+    for n in (7, 30):
+        x = torch.randn(n, generator=g) * 3 + 1.5
+        mean, std = moments.update(x)
+        xs = x.double().numpy()
+        assert float(mean) == pytest.approx(xs.mean(), rel=1e-6)
+        assert float(std) == pytest.approx(xs.std(ddof=0), rel=1e-6)  # population std, previous batches forgotten
+
+
+def test_advantage_moments_follow_the_size_weighted_ewma_recursion(script):
+    b = 0.7
+    moments = script.AdvantageMoments(b, CPU)
+    g = torch.Generator().manual_seed(1)
+    weight = total = total_sq = 0.0
+    for n, loc, scale in ((5, 0.0, 1.0), (11, 2.0, 0.5), (7, -1.0, 3.0)):
+        x = torch.randn((n, 2), generator=g) * scale + loc  # any shape: every element counts once
+        mean, std = moments.update(x)
+        xs = x.double().numpy()
+        weight = b * weight + xs.size
+        total = b * total + xs.sum()
+        total_sq = b * total_sq + (xs ** 2).sum()
+        m = total / weight
+        assert float(mean) == pytest.approx(m, rel=1e-6, abs=1e-7)
+        assert float(std) == pytest.approx(math.sqrt(total_sq / weight - m * m), rel=1e-6)
+    assert float(std) != pytest.approx(xs.std(), rel=1e-3)  # the history matters with decay > 0
+
+
+# --- KL-penalty objective (eq. 8 and its decoupled form) ----------------------------------------------------------
+def kl_case(seed=0, n=12):
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(n, generator=g, dtype=torch.float64) * 2 - 0.2
+    logp_behav = logp + (torch.rand(n, generator=g, dtype=torch.float64) - 0.5) * 1.6  # |log ratio| <= 0.8 < log 100
+    logp_prox = logp + (torch.rand(n, generator=g, dtype=torch.float64) - 0.5) * 1.2
+    advantages = torch.randn(n, generator=g, dtype=torch.float64)
+    return logp, logp_behav, logp_prox, advantages
+
+
+def hand_kl_loss(name, logp, logp_behav, logp_prox, advantages, beta):
+    if name in EWMA_SCRIPTS:  # (pi_theta/pi_behav) A - beta KL[prox, theta], sampled KL estimate
+        return (-advantages * torch.exp(logp - logp_behav)).mean() + beta * (0.5 * (logp - logp_prox) ** 2).mean()
+    return (-advantages * torch.exp(logp - logp_prox)).mean() + beta * (0.5 * (logp - logp_prox) ** 2).mean()
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppo_ewma"])
+def test_kl_penalty_loss_without_clipping_matches_hand_formula_and_finite_differences(name):
+    module, beta = load(name), 0.7
+    logp, logp_behav, logp_prox, advantages = kl_case()
+    assert not torch.allclose(logp_prox, logp_behav)
+    # ratios well outside [1-eps, 1+eps] for eps = 0.2: with clip_coef 0 none of them is clipped
+    assert ((logp - logp_prox).abs() > math.log(1.2)).any()
+
+    x = logp.clone().requires_grad_(True)
+    loss, _ = call_policy_loss(module, x, logp_behav, logp_prox, advantages, 0.0, beta)
+    assert loss.dtype == torch.float64
+    expected = hand_kl_loss(name, logp, logp_behav, logp_prox, advantages, beta)
+    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-12, abs=1e-14)
+
+    (grad,) = torch.autograd.grad(loss, x)
+    h, fd = 1e-6, torch.zeros_like(logp)
+    for i in range(len(logp)):
+        up, down = logp.clone(), logp.clone()
+        up[i] += h
+        down[i] -= h
+        f_up, _ = call_policy_loss(module, up, logp_behav, logp_prox, advantages, 0.0, beta)
+        f_down, _ = call_policy_loss(module, down, logp_behav, logp_prox, advantages, 0.0, beta)
+        fd[i] = (f_up - f_down) / (2 * h)
+    assert torch.allclose(grad, fd, rtol=1e-6, atol=1e-9)
+    # and the closed form: d/dlogp_i = (-A_i pi_theta/pi_behav + beta (logp_i - logp_prox_i)) / n
+    old = logp_behav if name in EWMA_SCRIPTS else logp_prox
+    closed = (-advantages * torch.exp(logp - old) + beta * (logp - logp_prox)) / len(logp)
+    assert torch.allclose(grad, closed, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppo_ewma"])
+def test_kl_penalty_adds_to_the_clipped_objective(name):
+    """SPEC: clipping and the KL penalty may both be on; the loss is the clipped surrogate plus beta * KL."""
+    module, beta, eps = load(name), 0.3, 0.2
+    logp, logp_behav, logp_prox, advantages = kl_case(seed=3)
+    loss, _ = call_policy_loss(module, logp, logp_behav, logp_prox, advantages, eps, beta)
+    r = torch.exp(logp - logp_prox)
+    weight = torch.exp(logp_prox - logp_behav) if name in EWMA_SCRIPTS else torch.ones_like(r)
+    surrogate = weight * torch.minimum(r * advantages, r.clamp(1 - eps, 1 + eps) * advantages)
+    expected = -surrogate.mean() + beta * (0.5 * (logp - logp_prox) ** 2).mean()
+    assert float(loss) == pytest.approx(float(expected), rel=1e-12, abs=1e-14)
+
+
+def test_clip_coef_of_one_is_rejected_or_usable(script, capsys):
+    """--clip-coef is accepted in [0, inf). eps = 1 means clip(r, 0, 2); a value the loss cannot use must be refused
+    by parse_args (exit 2, SPEC section 4), not crash mid-run after the run folder is written."""
+    try:
+        script.parse_args(["--clip-coef", "1"])
+    except SystemExit as exc:
+        assert exc.code == 2 and "--clip-coef" in capsys.readouterr().err
+        return
+    logp, logp_behav, logp_prox, advantages = kl_case(seed=5)
+    loss, _ = call_policy_loss(script, logp, logp_behav, logp_prox, advantages, 1.0, 0.0)
+    r = torch.exp(logp - logp_prox)
+    weight = torch.exp(logp_prox - logp_behav) if script.__name__ in EWMA_SCRIPTS else torch.ones_like(r)
+    expected = -(weight * torch.minimum(r * advantages, r.clamp(0, 2) * advantages)).mean()
+    assert float(loss) == pytest.approx(float(expected), rel=1e-12)
+
+
+# --- Artificial staleness (Section 5.1) ----------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["ppo", "ppo_ewma"])
+def test_staleness_trains_on_the_rollout_collected_k_iterations_ago_with_its_behaviour_log_probs(
+        name, tmp_path, monkeypatch):
+    module, k, iterations = load(name), 2, 6  # iteration 6 trains on iteration 4's data, collected after an update
+    collected, trained = [], []  # collected[i]: (state_dict, rollout) of iteration i+1
+    real_collect, real_make_batch = module.collect_rollout, module.make_batch
+
+    def collect_rollout(envs, agent, *rest, **kw):
+        state = copy.deepcopy(agent.state_dict())
+        out = real_collect(envs, agent, *rest, **kw)
+        collected.append((state, out[0]))
+        return out
+
+    def make_batch(rollout, agent, adv_moments, args):
+        batch = real_make_batch(rollout, agent, adv_moments, args)
+        trained.append((len(collected), rollout, batch, copy.deepcopy(agent.state_dict())))
+        return batch
+
+    monkeypatch.setattr(module, "collect_rollout", collect_rollout)
+    monkeypatch.setattr(module, "make_batch", make_batch)
+    _, rows = run_tiny(name, tmp_path, "--staleness", str(k), iterations=iterations)
+
+    assert [r["policy_loss"] == "" for r in rows] == [True] * k + [False] * (iterations - k)
+    assert [it for it, *_ in trained] == list(range(k + 1, iterations + 1))
+    for iteration, rollout, batch, state_now in trained:
+        state_then, stale = collected[iteration - k - 1]
+        assert rollout is stale, f"iteration {iteration} did not train on iteration {iteration - k}'s rollout"
+        agent = module.Agent(NUM_ACTIONS)
+        agent.load_state_dict(state_then)
+        with torch.no_grad():
+            logits = torch.cat([agent(o)[0] for o in batch["obs"].split(64)])
+        expected = categorical_log_prob(logits, batch["actions"])
+        assert torch.allclose(batch["logp_behav"], expected, atol=1e-5, rtol=0)
+        if name == "ppo":  # the default --old-policy behav
+            assert torch.equal(batch["logp_old"], batch["logp_behav"])
+        if iteration == iterations:  # collected after an update: the test tells the two policies apart
+            agent.load_state_dict(state_now)
+            with torch.no_grad():
+                now = categorical_log_prob(torch.cat([agent(o)[0] for o in batch["obs"].split(64)]), batch["actions"])
+            assert (now - expected).abs().max() > 1e-4
+
+
+# --- The old / proximal policy: behav or recent (Section 5.1) -------------------------------------------------
+@pytest.mark.parametrize("name", ["ppo", "ppg"])
+def test_old_policy_recent_is_the_current_policy_and_behav_is_the_stored_one(name):
+    module = load(name)
+    torch.manual_seed(0)
+    agent = module.Agent(NUM_ACTIONS)
+    for choice in ("recent", "behav"):
+        args = module.parse_args(tiny_argv(name, "--old-policy", choice))
+        rollout = random_rollout(module, args)
+        batch = module.make_batch(rollout, agent, module.AdvantageMoments(args.adv_ewma_decay, CPU), args)
+        if choice == "recent":
+            with torch.no_grad():
+                expected = categorical_log_prob(agent(batch["obs"])[0], batch["actions"])
+            assert torch.allclose(batch["logp_old"], expected, atol=1e-5, rtol=0)
+            assert not torch.allclose(batch["logp_old"], batch["logp_behav"], atol=1e-2)
+        else:
+            assert torch.equal(batch["logp_old"], rollout["logp_behav"].flatten())
+
+
+@pytest.mark.parametrize("name", EWMA_SCRIPTS)
+def test_prox_recent_is_the_current_policy(name):
+    module = load(name)
+    torch.manual_seed(0)
+    agent = module.Agent(NUM_ACTIONS)
+    args = module.parse_args(tiny_argv(name, "--prox", "recent"))
+    rollout = random_rollout(module, args)
+    batch = module.make_batch(rollout, agent, module.AdvantageMoments(args.adv_ewma_decay, CPU), args)
+    with torch.no_grad():
+        expected = categorical_log_prob(agent(batch["obs"])[0], batch["actions"])
+    assert torch.allclose(batch["logp_recent"], expected, atol=1e-5, rtol=0)
+    assert torch.equal(batch["logp_behav"], rollout["logp_behav"].flatten())  # importance sampling still uses behav
+
+
+# --- Tiny real runs of the flags ---------------------------------------------------------------------------------
+def test_tiny_runs_with_kl_penalty_no_clipping_staleness_and_recent_policy(script, tmp_path):
+    """--kl-penalty 0.5 --clip-coef 0 --staleness 1 in all four scripts, with --prox recent (EWMA scripts) or
+    --old-policy recent (ppo, ppg), and --adv-ewma-decay 0.9 in ppo.py: each completes with finite losses."""
+    name, iterations = script.__name__, 3
+    extra = ["--kl-penalty", "0.5", "--clip-coef", "0", "--staleness", "1"]
+    extra += ["--prox", "recent"] if name in EWMA_SCRIPTS else ["--old-policy", "recent"]
+    extra += ["--adv-ewma-decay", "0.9"] if name == "ppo" else []
+    run_dir, rows = run_tiny(name, tmp_path, *extra, iterations=iterations)
+
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    assert config["kl_penalty"] == 0.5 and config["clip_coef"] == 0 and config["staleness"] == 1
+    assert config["prox" if name in EWMA_SCRIPTS else "old_policy"] == "recent"
+    assert config["adv_ewma_decay"] == pytest.approx(0.9 if name == "ppo" else 0.0, rel=1e-12)
+    assert [int(r["iteration"]) for r in rows] == list(range(1, iterations + 1))
+    assert rows[0]["policy_loss"] == ""  # staleness 1: the first iteration only collects
+    for r in rows[1:]:
+        for column in ("policy_loss", "value_loss", "entropy", "approx_kl", "adv_mean", "adv_std"):
+            assert r[column] != "" and math.isfinite(float(r[column])), (r["iteration"], column)
+        assert float(r["approx_kl"]) >= 0 and float(r["adv_std"]) > 0

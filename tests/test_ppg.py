@@ -1,0 +1,262 @@
+"""PPG-specific behaviour of ppg.py and ppg_ewma.py: the aux buffer, the aux phase, the phase schedule,
+PPG-EWMA's reset of the proximal network at the start of every policy phase, and PPG's argument checks."""
+import math
+
+import pytest
+import torch
+
+from conftest import load, run_tiny, tiny_argv
+
+NUM_ACTIONS = 15
+AUX_COLUMNS = ("aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s")
+
+
+# --- helpers local to this file ----------------------------------------------------------------------------
+def labelled_phase(num_steps, num_envs, first_traj=0, seed=0):
+    """Fake time-major data (T, N, ...) whose every frame carries its trajectory id in pixel (0, 0, 0) and its
+    time index in pixel (0, 0, 1); the rest is random. Returns (obs_tn, returns_tn) and the make_batch-style
+    flattening {"obs": (T*N, 64, 64, 3), "returns": (T*N,)}."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randint(0, 256, (num_steps, num_envs, 64, 64, 3), dtype=torch.uint8, generator=g)
+    obs[:, :, 0, 0, 0] = (first_traj + torch.arange(num_envs, dtype=torch.uint8)).view(1, num_envs)
+    obs[:, :, 0, 0, 1] = torch.arange(num_steps, dtype=torch.uint8).view(num_steps, 1)
+    returns = torch.randn((num_steps, num_envs), generator=g)
+    return obs, returns, {"obs": obs.flatten(0, 1), "returns": returns.flatten()}
+
+
+def aux_setup(module, num_steps=8, num_envs=4, n_pi=2, seed=0, **overrides):
+    """A small aux phase: args from the script's own parse_args, an Agent and a full AuxBuffer of
+    n_pi * num_envs labelled trajectories (trajectory id = row index in the buffer)."""
+    args = module.parse_args(tiny_argv(module.__name__))
+    args.num_steps = num_steps
+    for k, v in overrides.items():
+        setattr(args, k, v)
+    torch.manual_seed(seed)
+    agent = module.Agent(NUM_ACTIONS)
+    buffer = module.AuxBuffer(n_pi, num_envs, num_steps, torch.device("cpu"))
+    for i in range(n_pi):
+        buffer.add(labelled_phase(num_steps, num_envs, first_traj=i * num_envs, seed=seed + 1 + i)[2], num_steps)
+    return args, agent, buffer
+
+
+class StepMarkingAdam(torch.optim.Adam):
+    """Adam that appends a marker to `log` at every step, so forwards can be grouped into minibatches."""
+    def __init__(self, params, log, **kw):
+        super().__init__(params, **kw)
+        self.log = log
+
+    def step(self, closure=None):
+        self.log.append("step")
+        return super().step(closure)
+
+
+def params_equal(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+# --- AuxBuffer ---------------------------------------------------------------------------------------------
+def test_aux_buffer_add_stores_whole_per_env_trajectories_in_time_order(ppg_script):
+    T, N = 5, 3
+    buffer = ppg_script.AuxBuffer(2, N, T, torch.device("cpu"))
+    assert buffer.size == 0
+    obs0, ret0, batch0 = labelled_phase(T, N, seed=1)
+    buffer.add(batch0, T)
+    assert buffer.size == N
+    for i in range(N):
+        assert torch.equal(buffer.obs[i], obs0[:, i])  # env i's T frames, time order
+        assert torch.equal(buffer.returns[i], ret0[:, i])
+    obs1, ret1, batch1 = labelled_phase(T, N, first_traj=N, seed=2)
+    buffer.add(batch1, T)
+    assert buffer.size == 2 * N
+    for i in range(N):
+        assert torch.equal(buffer.obs[N + i], obs1[:, i])
+        assert torch.equal(buffer.returns[N + i], ret1[:, i])
+        assert torch.equal(buffer.obs[i], obs0[:, i])  # the first add is untouched
+        assert torch.equal(buffer.returns[i], ret0[:, i])
+    assert buffer.obs.dtype == torch.uint8  # stored as uint8 (SPEC: float32 would not fit in RAM)
+
+
+# --- aux phase ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("micro", [0, 12])
+def test_aux_minibatches_are_whole_trajectories_each_visited_once_per_epoch(ppg_script, micro):
+    T, N, n_pi, mb_trajs, e_aux = 8, 4, 2, 2, 2
+    args, agent, buffer = aux_setup(ppg_script, T, N, n_pi, e_aux=e_aux, aux_minibatch_trajs=mb_trajs,
+                                    micro_batch_size=micro)
+    log = []
+    real_forward = agent.policy.forward
+
+    def recording_forward(obs):
+        log.append(obs.detach().clone())
+        return real_forward(obs)
+
+    agent.policy.forward = recording_forward  # only the aux training forwards go through policy.__call__
+    optimizer = StepMarkingAdam(agent.parameters(), log, lr=args.aux_learning_rate, eps=1e-8)
+    ppg_script.aux_phase(agent, optimizer, buffer, args)
+
+    # group the forwards between optimiser steps: one group = one minibatch
+    minibatches, current = [], []
+    for entry in log:
+        if isinstance(entry, str):
+            minibatches.append(torch.cat(current))
+            current = []
+        else:
+            if micro == 0:
+                assert entry.shape[0] % T == 0, "a forward saw part of a trajectory with micro-batching off"
+            current.append(entry)
+    assert not current, "forwards after the last optimiser step"
+    n = n_pi * N
+    per_epoch = math.ceil(n / mb_trajs)
+    assert len(minibatches) == e_aux * per_epoch
+    for epoch in range(e_aux):
+        seen = []
+        for mb in minibatches[epoch * per_epoch:(epoch + 1) * per_epoch]:
+            assert mb.shape[0] % T == 0 and mb.shape[0] // T <= mb_trajs
+            ids = mb[:, 0, 0, 0].view(-1, T).long()
+            times = mb[:, 0, 0, 1].view(-1, T).long()
+            assert (ids == ids[:, :1]).all(), "a minibatch row mixes trajectories"
+            assert (times == torch.arange(T)).all(), "a trajectory's frames are out of time order"
+            for k, traj in enumerate(ids[:, 0].tolist()):
+                assert torch.equal(mb[k * T:(k + 1) * T], buffer.obs[traj]), "frames differ from the stored trajectory"
+            seen += ids[:, 0].tolist()
+        assert sorted(seen) == list(range(n)), f"epoch {epoch} did not visit every trajectory exactly once"
+
+
+def test_aux_phase_with_zero_step_size_has_zero_kl_and_hand_computed_value_losses(ppg_script):
+    """With lr=0 nothing moves, so every minibatch sees pi = pi_old: the KL is the one the aux phase measures
+    before its first step. The logged value losses are then 0.5 * MSE over the whole buffer (equal minibatches)."""
+    T, N, n_pi = 8, 4, 2
+    args, agent, buffer = aux_setup(ppg_script, T, N, n_pi, e_aux=2, aux_minibatch_trajs=2, micro_batch_size=0)
+    before = [p.detach().clone() for p in agent.parameters()]
+    optimizer = torch.optim.Adam(agent.parameters(), lr=0.0, eps=1e-8)
+    logged = ppg_script.aux_phase(agent, optimizer, buffer, args)
+    assert all(torch.equal(p, q) for p, q in zip(agent.parameters(), before))
+
+    assert abs(logged["aux_kl"]) < 1e-6
+    obs, returns = buffer.obs[:buffer.size].flatten(0, 1), buffer.returns[:buffer.size].flatten()
+    with torch.no_grad():
+        _, aux_value = agent.policy(obs)
+        value = agent.value(obs).squeeze(-1)
+    assert logged["aux_value_loss"] == pytest.approx(0.5 * float(((aux_value - returns) ** 2).mean()), rel=1e-5)
+    assert logged["aux_true_value_loss"] == pytest.approx(0.5 * float(((value - returns) ** 2).mean()), rel=1e-5)
+
+
+def test_aux_kl_is_zero_before_the_first_aux_step(ppg_script):
+    """One epoch of one minibatch holding every trajectory: the logged KL is the one measured before the only
+    optimiser step, so it is 0 (pi = pi_old) even with a real step size; the step itself does move the policy."""
+    T, N, n_pi = 8, 4, 2
+    args, agent, buffer = aux_setup(ppg_script, T, N, n_pi, e_aux=1, aux_minibatch_trajs=n_pi * N, micro_batch_size=0)
+    policy_before = [p.detach().clone() for p in agent.policy.parameters()]
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate, eps=1e-8)
+    logged = ppg_script.aux_phase(agent, optimizer, buffer, args)
+    assert abs(logged["aux_kl"]) < 1e-6
+    assert not all(torch.equal(p, q) for p, q in zip(agent.policy.parameters(), policy_before))
+
+
+def test_aux_phase_losses_are_finite_and_kl_grows_after_the_first_step(ppg_script):
+    """Several minibatches with a real step size: every logged loss is finite, the KL to pi_old is positive once
+    the policy has moved, and both networks are trained."""
+    T, N, n_pi = 8, 4, 2
+    args, agent, buffer = aux_setup(ppg_script, T, N, n_pi, e_aux=2, aux_minibatch_trajs=2, micro_batch_size=0)
+    policy_before = [p.detach().clone() for p in agent.policy.parameters()]
+    value_before = [p.detach().clone() for p in agent.value.parameters()]
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate, eps=1e-8)
+    logged = ppg_script.aux_phase(agent, optimizer, buffer, args)
+    assert set(logged) == {"aux_kl", "aux_value_loss", "aux_true_value_loss"}
+    assert all(math.isfinite(v) for v in logged.values())
+    assert logged["aux_kl"] > 0  # KL >= 0, and > 0 once the policy has moved
+    assert logged["aux_value_loss"] > 0 and logged["aux_true_value_loss"] > 0
+    assert not all(torch.equal(p, q) for p, q in zip(agent.policy.parameters(), policy_before))
+    assert not all(torch.equal(p, q) for p, q in zip(agent.value.parameters(), value_before))
+
+
+def test_aux_phase_keeps_its_minibatch_and_step_size_under_batch_divisor(ppg_script):
+    """App. B: the aux phase keeps its minibatch size per worker (N/16 trajectories at the default N) and its
+    step size when the envs are divided; N_pi x C keeps 16 N_pi minibatches of the default per epoch."""
+    default = ppg_script.parse_args([])
+    divided = ppg_script.parse_args(["--batch-divisor", "4"])
+    assert default.aux_minibatch_trajs == default.num_envs // 16
+    assert divided.aux_minibatch_trajs == default.aux_minibatch_trajs
+    assert divided.aux_learning_rate == default.aux_learning_rate == default.learning_rate
+    per_epoch = lambda a: math.ceil(a.n_pi * a.num_envs / a.aux_minibatch_trajs)  # noqa: E731
+    assert per_epoch(default) == 16 * default.n_pi
+    assert per_epoch(divided) == per_epoch(default)
+
+
+# --- phase schedule on a real (tiny) run -------------------------------------------------------------------
+def test_tiny_run_alternates_two_policy_phases_with_aux_phases(ppg_script, tmp_path):
+    _, rows = run_tiny(ppg_script.__name__, tmp_path, iterations=4)  # n_pi = 2: aux after iterations 2 and 4
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
+    for r in rows:
+        assert math.isfinite(float(r["policy_loss"])) and math.isfinite(float(r["value_loss"]))
+        if int(r["iteration"]) % 2 == 0:
+            for c in AUX_COLUMNS:
+                assert r[c] != "" and math.isfinite(float(r[c])), (r["iteration"], c)
+            assert float(r["aux_kl"]) >= 0 and float(r["aux_time_s"]) > 0
+        else:
+            for c in AUX_COLUMNS:
+                assert r[c] == "", (r["iteration"], c)
+    assert int(rows[-1]["global_step"]) == 4 * 32 * 4  # == --total-timesteps of run_tiny
+
+
+# --- PPG-EWMA: the EWMA is reset at the start of every policy phase, untouched by the aux phase ------------------
+def test_ppg_ewma_resets_ewma_after_each_aux_phase_and_never_updates_it_during_one(tmp_path, monkeypatch):
+    m = load("ppg_ewma")
+    events, ewmas = [], []
+    real_reset, real_aux_phase, real_update = m.EWMA.reset, m.aux_phase, m.update
+
+    def reset(self, net):
+        real_reset(self, net)
+        if not ewmas:
+            ewmas.append(self)
+        events.append(("reset", self, net, self.w, params_equal(self.net, net)))
+
+    def aux_phase(agent, aux_optimizer, aux_buffer, args):
+        ewma = ewmas[0]
+        prox_before = [p.clone() for p in ewma.net.parameters()]
+        policy_before = [p.detach().clone() for p in agent.policy.parameters()]
+        w_before = ewma.w
+        out = real_aux_phase(agent, aux_optimizer, aux_buffer, args)
+        events.append(("aux", agent.policy, ewma.w == w_before,
+                       all(torch.equal(p, q) for p, q in zip(ewma.net.parameters(), prox_before)),
+                       not all(torch.equal(p, q) for p, q in zip(agent.policy.parameters(), policy_before))))
+        return out
+
+    def update(agent, optimizer, batch, args, ewma):
+        events.append(("update", ewma, ewma.w, params_equal(ewma.net, agent.policy), args.beta_prox))
+        return real_update(agent, optimizer, batch, args, ewma)
+
+    monkeypatch.setattr(m.EWMA, "reset", reset)
+    monkeypatch.setattr(m, "aux_phase", aux_phase)
+    monkeypatch.setattr(m, "update", update)
+    run_tiny("ppg_ewma", tmp_path, iterations=4)
+
+    assert [e[0] for e in events] == ["reset", "update", "update", "aux", "reset", "update", "update", "aux", "reset"]
+    ewma = ewmas[0]
+    for i, e in enumerate(events):
+        if e[0] == "aux":
+            _, policy, w_unchanged, prox_unchanged, policy_moved = e
+            assert policy_moved, "the aux phase did not train the policy network: the check below is vacuous"
+            assert w_unchanged and prox_unchanged, "the EWMA changed during the aux phase"
+            _, reset_ewma, net, w, equal = events[i + 1]
+            assert reset_ewma is ewma and net is policy, "the reset is not of the EWMA to the policy network"
+            assert w == 1.0 and equal, "after the reset the EWMA is not theta with w = 1"
+        if e[0] == "update":
+            _, update_ewma, w, equal, beta = e
+            assert update_ewma is ewma
+            if events[i - 1][0] == "reset":  # the first policy-phase iteration: theta_prox = theta, w = 1
+                assert w == 1.0 and equal
+            else:  # the second: 2 policy steps (2 minibatches, 1 epoch) since the reset, not reset in between
+                assert w == pytest.approx(1 + beta + beta ** 2, rel=1e-12) and not equal
+
+
+# --- argument checks -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, named", [(["--batch-divisor", "4", "--e-pi", "2"], "--batch-divisor"),
+                                         (["--n-pi", "0"], "--n-pi")])
+def test_ppg_bad_arguments_exit_2_with_one_line_naming_the_argument(ppg_script, capsys, argv, named):
+    with pytest.raises(SystemExit) as exc:
+        ppg_script.parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert named in err and "Traceback" not in err
+
