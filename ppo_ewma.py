@@ -24,6 +24,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -164,6 +165,9 @@ def resume_args(p, argv, args):
     for action in p._actions:  # parse again, keeping only what the command line gave
         action.default = argparse.SUPPRESS
     given = vars(p.parse_args(argv))
+    if args.resume and config.get("world_size", 1) != int(os.environ.get("WORLD_SIZE", 1)):
+        p.error(f"argument {flag}: the run in {run_dir!r} had {config.get('world_size', 1)} workers, this launch has "
+                f"{os.environ.get('WORLD_SIZE', 1)}: start it with the same torchrun --nproc-per-node")
     free = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_interval", "eval_episodes", "eval_interval")
     for key, value in given.items():
         if key not in free + ("resume", "evaluate", "save_model") and config.get(key) != value:
@@ -175,7 +179,61 @@ def resume_args(p, argv, args):
     return argparse.Namespace(**config)
 
 
+# --- Many workers (torchrun) ---------------------------------------------------------------------------------
+# `torchrun --nproc-per-node W script.py ...` starts W workers, each with its own --num-envs environments, as the
+# paper ran (4 workers x 64 envs). Without torchrun there is one worker, no process group, and these helpers do
+# nothing. Every worker holds the same networks and takes the same optimiser steps on the averaged gradient.
+def setup_workers(args):
+    """Join torchrun's process group; returns (rank, world_size, device). One GPU per local worker when there
+    are enough (NCCL); otherwise workers share GPUs, or the CPU, and talk through gloo."""
+    world_size, local_rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = args.cuda and torch.cuda.is_available()
+    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
+    if world_size > 1:
+        if use_cuda:
+            torch.cuda.set_device(device)
+        own_gpu = use_cuda and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        dist.init_process_group("nccl" if own_gpu else "gloo")
+    return int(os.environ.get("RANK", 0)), world_size, device
+
+
+def broadcast_from_rank0(module):
+    """Rank 0's parameters everywhere, so all workers start from the same weights."""
+    if dist.is_initialized():
+        for tensor in module.state_dict().values():
+            dist.broadcast(tensor, 0)
+
+
+def average_gradients(params):
+    """Once per optimiser step, after micro-batch accumulation: every worker's gradient becomes the mean."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if dist.is_initialized() and grads:
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat)
+        torch._foreach_copy_(grads, [f.view_as(g) for f, g in zip(flat.div_(dist.get_world_size()).split(
+            [g.numel() for g in grads]), grads)])
+
+
+def all_reduce_sum(tensor):
+    """The sum over workers (advantage statistics, episode counts, stop flags); the tensor itself on one worker."""
+    if dist.is_initialized():
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def share_from_rank0(obj):
+    """A picklable object (the run folder's name) from rank 0 to every worker."""
+    if dist.is_initialized():
+        box = [obj]
+        dist.broadcast_object_list(box, 0)
+        obj = box[0]
+    return obj
+
+
 # --- Environment: Procgen as a gymnasium VectorEnv ------------------------------------------------
+NUM_ACTIONS = 15  # every Procgen game has the same 15 actions
+
+
 class ProcgenVecEnv(gym.vector.VectorEnv):
     """Procgen's gym3 vector env behind gymnasium's VectorEnv interface.
 
@@ -184,7 +242,6 @@ class ProcgenVecEnv(gym.vector.VectorEnv):
     time-outs as episode ends too, so everything is `terminated` (as in the official code).
     """
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-    NUM_ACTIONS = 15  # every Procgen game has the same 15 actions
 
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
         import procgen  # imported here: it prints a harmless gym deprecation notice
@@ -421,10 +478,11 @@ class AdvantageMoments:
         self.weight, self.sum, self.sumsq = state["weight"], state["sum"], state["sumsq"]
 
     def update(self, advantages):
-        x = advantages.double()
-        self.weight = self.decay * self.weight + x.numel()
-        self.sum = self.decay * self.sum + x.sum()
-        self.sumsq = self.decay * self.sumsq + (x * x).sum()
+        x = advantages.double()  # every worker's advantages count, as in the official code
+        count, total, total_sq = all_reduce_sum(torch.stack([x.new_tensor(x.numel()), x.sum(), (x * x).sum()]))
+        self.weight = self.decay * self.weight + count
+        self.sum = self.decay * self.sum + total
+        self.sumsq = self.decay * self.sumsq + total_sq
         mean = self.sum / self.weight
         return mean.float(), (self.sumsq / self.weight - mean * mean).clamp_min(0).sqrt().float()
 
@@ -493,6 +551,7 @@ def update(agent, optimizer, batch, args, ewma):
                 w = len(idx) / (batch_size * args.update_epochs)
                 for k, v in {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy, **diag}.items():
                     sums[k] = sums[k] + v.detach() * w
+            average_gradients(agent.parameters())
             if args.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
@@ -555,7 +614,7 @@ def record_video(args, agent, device, path, seed, max_frames=1000, scale=2):
 
 def evaluate_saved_agent(args, device):
     """--evaluate RUN_DIR: load the saved agent, evaluate it on held-out levels, optionally write a GIF."""
-    agent = Agent(ProcgenVecEnv.NUM_ACTIONS).to(device)
+    agent = Agent(NUM_ACTIONS).to(device)
     state = read_checkpoint(args.evaluate, device)
     agent.load_state_dict(state["agent"])
     returns, lengths = evaluate(args, agent, device, args.eval_episodes, seed=args.seed + 10_000)
@@ -570,25 +629,31 @@ def evaluate_saved_agent(args, device):
 
 # --- Long runs: checkpoints, resume, signals, non-finite values ---------------------------------------------
 CHECKPOINT = "checkpoint.pt"
-DERIVED_KEYS = ("batch_size", "minibatch_size", "num_iterations", "device", "versions")
+DERIVED_KEYS = ("batch_size", "minibatch_size", "num_iterations", "device", "versions", "world_size", "global_batch_size")
 
 
-def save_checkpoint(run_dir, stateful, **extra):
+def checkpoint_name(rank):
+    """Rank 0 saves checkpoint.pt; any other worker saves its own state (reward normaliser, staleness FIFO,
+    aux buffer, RNG) beside it, so that a resumed multi-worker run continues exactly."""
+    return CHECKPOINT if rank == 0 else f"checkpoint.rank{rank}.pt"
+
+
+def save_checkpoint(run_dir, rank, stateful, **extra):
     """Every stateful object's state_dict, the RNG states and `extra`, written atomically: a crash while
     saving leaves the previous checkpoint intact."""
     state = {name: obj.state_dict() for name, obj in stateful.items()}
     state["rng"] = {"python": random.getstate(), "numpy": np.random.get_state()[1].tolist(),
                     "numpy_pos": int(np.random.get_state()[2]), "torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-    path = os.path.join(run_dir, CHECKPOINT)
+    path = os.path.join(run_dir, checkpoint_name(rank))
     torch.save({**state, **extra}, path + ".tmp")
     os.replace(path + ".tmp", path)
 
 
-def read_checkpoint(run_dir, device):
+def read_checkpoint(run_dir, device, rank=0):
     """Safe loading (weights_only: tensors and plain containers only); a GPU run loads on a CPU too.
     An unreadable file is a usage error: one line, exit code 2."""
-    path = os.path.join(run_dir, CHECKPOINT)
+    path = os.path.join(run_dir, checkpoint_name(rank))
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # truncated, corrupt, or not a checkpoint at all
@@ -597,8 +662,8 @@ def read_checkpoint(run_dir, device):
         sys.exit(2)
 
 
-def load_checkpoint(run_dir, stateful, device):
-    state = read_checkpoint(run_dir, device)
+def load_checkpoint(run_dir, rank, stateful, device):
+    state = read_checkpoint(run_dir, device, rank)
     for name, obj in stateful.items():
         obj.load_state_dict(state[name])
     rng = state["rng"]
@@ -663,23 +728,26 @@ def format_eta(seconds):
 # --- Main ---------------------------------------------------------------------------------------------------
 def main(argv=None):
     args = parse_args(argv)
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    rank, world_size, device = setup_workers(args)
+    is_main = rank == 0  # only rank 0 prints and writes the run folder's files
     if args.micro_batch_size is None:  # the network is ~99% of CPU time: small micro-batches are ~1.7x faster
         args.micro_batch_size = 128 if device.type == "cpu" else 0
     if args.evaluate:
         return evaluate_saved_agent(args, device)
-    torch.set_num_threads(len(os.sched_getaffinity(0)))  # every core this process may use
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    batch_size = args.num_envs * args.num_steps
-    num_iterations = math.ceil(args.total_timesteps / batch_size)  # the last iteration is never dropped
+    # every core this process may use, shared with the other workers on this machine
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed + rank)
+    batch_size = args.num_envs * args.num_steps  # per worker; the iteration batch is world_size times this
+    global_batch_size = batch_size * world_size
+    num_iterations = math.ceil(args.total_timesteps / global_batch_size)  # the last iteration is never dropped
 
-    envs = make_env(args, seed=args.seed)
-    agent = Agent(envs.single_action_space.n).to(device)
+    agent = Agent(NUM_ACTIONS).to(device)
+    broadcast_from_rank0(agent)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=1e-8)
     ewma = EWMA(agent, args.beta_prox)  # theta_prox <- theta, w <- 1
-    reward_normalizer = RewardNormalizer(args.num_envs, device)
+    reward_normalizer = RewardNormalizer(args.num_envs, device)  # per worker, as in the official code
     adv_moments = AdvantageMoments(args.adv_ewma_decay, device)
     stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
     stateful = {"agent": agent, "optimizer": optimizer, "reward_normalizer": reward_normalizer, "adv_moments": adv_moments}
@@ -687,25 +755,30 @@ def main(argv=None):
     configure_cnns([net for net in stateful.values() if isinstance(net, nn.Module)], args.bf16, args.compile)
 
     start_iteration, elapsed = 0, 0.0
-    run_dir = args.resume or create_run_dir(args)
+    run_dir = args.resume or share_from_rank0(create_run_dir(args) if is_main else None)
     if args.resume:  # Procgen cannot restore its state: the resumed run starts fresh episodes, nothing else differs
-        checkpoint = load_checkpoint(run_dir, stateful, device)
+        checkpoint = load_checkpoint(run_dir, rank, stateful, device)
         start_iteration, elapsed = checkpoint["iteration"], checkpoint["time_s"]
         stale_rollouts.extend(checkpoint["stale_rollouts"])
-        envs.close()
-        envs = make_env(args, seed=args.seed + start_iteration)  # new levels, not a replay of the first ones
-    write_config(run_dir, args, {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
-                                 "num_iterations": num_iterations, "device": str(device)})
-    print(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
-          f"{args.num_steps} steps, {num_iterations} iterations = {num_iterations * batch_size:,} steps; "
-          f"lr {args.learning_rate:.3g}, adv_ewma_decay {args.adv_ewma_decay:.4g}, beta_prox {args.beta_prox:.4g} ({args.prox})"
-          f"; run folder {run_dir}", flush=True)
-    progress_path = os.path.join(run_dir, "progress.csv")
-    rows = list(csv.DictReader(open(progress_path))) if args.resume else []
-    csv_file = open(progress_path, "w", newline="")  # on resume: rewritten up to the checkpoint, then appended
-    progress = csv.DictWriter(csv_file, fieldnames=COLUMNS)
-    progress.writeheader()
-    progress.writerows(row for row in rows if int(row["iteration"]) <= start_iteration)
+    # distinct levels for each worker; a resumed run gets new ones rather than a replay of the first
+    envs = make_env(args, seed=args.seed + 100_000 * rank + start_iteration)
+    if is_main:
+        write_config(run_dir, args, {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
+                                     "num_iterations": num_iterations, "device": str(device), "world_size": world_size,
+                                     "global_batch_size": global_batch_size})
+    log = print if is_main else (lambda *a, **k: None)
+    log(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
+        f"{args.num_steps} steps" + (f" x {world_size} workers" if world_size > 1 else "") + f", {num_iterations} "
+        f"iterations = {num_iterations * global_batch_size:,} steps; "
+        f"lr {args.learning_rate:.3g}, adv_ewma_decay {args.adv_ewma_decay:.4g}, beta_prox {args.beta_prox:.4g} ({args.prox})"
+        f"; run folder {run_dir}", flush=True)
+    if is_main:
+        progress_path = os.path.join(run_dir, "progress.csv")
+        rows = list(csv.DictReader(open(progress_path))) if args.resume else []
+        csv_file = open(progress_path, "w", newline="")  # on resume: rewritten up to the checkpoint, then appended
+        progress = csv.DictWriter(csv_file, fieldnames=COLUMNS)
+        progress.writeheader()
+        progress.writerows(row for row in rows if int(row["iteration"]) <= start_iteration)
 
     next_obs, _ = envs.reset()
     next_obs = torch.from_numpy(next_obs).to(device)
@@ -731,44 +804,56 @@ def main(argv=None):
             row.update(adv_mean=float(batch["adv_mean"]), adv_std=float(batch["adv_std"]),
                        update_time_s=round(time.time() - iteration_start - rollout_time, 3))
 
+        # every worker's finished episodes
+        episodes, ep_return_sum, ep_length_sum = all_reduce_sum(torch.tensor(
+            [len(ep_returns), sum(ep_returns), sum(ep_lengths)], dtype=torch.float64, device=device)).tolist()
         now = time.time()
-        row.update(iteration=iteration, global_step=iteration * batch_size, time_s=round(now - start_time, 3),
-                   sps=round(batch_size / (now - iteration_start), 1), env_time_s=round(env_time, 3),
+        row.update(iteration=iteration, global_step=iteration * global_batch_size, time_s=round(now - start_time, 3),
+                   sps=round(global_batch_size / (now - iteration_start), 1), env_time_s=round(env_time, 3),
                    rollout_time_s=round(rollout_time, 3),
-                   episodic_return=np.mean(ep_returns) if ep_returns else "",
-                   episodic_length=np.mean(ep_lengths) if ep_lengths else "")
-        if args.eval_episodes and (iteration % args.eval_interval == 0 or iteration == num_iterations):
+                   episodic_return=ep_return_sum / episodes if episodes else "",
+                   episodic_length=ep_length_sum / episodes if episodes else "")
+        if is_main and args.eval_episodes and (iteration % args.eval_interval == 0 or iteration == num_iterations):
             eval_returns, eval_lengths = evaluate(args, agent, device, args.eval_episodes, seed=args.seed + iteration)
             row.update(eval_return=np.mean(eval_returns), eval_length=np.mean(eval_lengths))
-        if args.capture_video and (iteration % args.video_interval == 0 or iteration == num_iterations):
+        if is_main and args.capture_video and (iteration % args.video_interval == 0 or iteration == num_iterations):
             record_video(args, agent, device, os.path.join(run_dir, "videos", f"iter_{iteration:06d}.gif"), seed=args.seed)
-        progress.writerow(row)
-        csv_file.flush()
+        if is_main:
+            progress.writerow(row)
+            csv_file.flush()
         eta = (now - start_time) / iteration * (num_iterations - iteration)
-        ret = f"{row['episodic_return']:8.2f} ({len(ep_returns)} eps)" if ep_returns else "       - (0 eps)"
-        print(f"iter {iteration}/{num_iterations} | step {row['global_step']:,} | return {ret} | "
-              f"sps {row['sps']:.0f} | eta {format_eta(eta)}", flush=True)
+        ret = f"{row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
+        log(f"iter {iteration}/{num_iterations} | step {row['global_step']:,} | return {ret} | "
+            f"sps {row['sps']:.0f} | eta {format_eta(eta)}", flush=True)
         problem = check_finite(iteration, row, agent)
-        if problem:
+        # all workers stop together (a worker alone in an all-reduce would wait for ever)
+        any_problem, any_stop = all_reduce_sum(torch.tensor([problem is not None, stop.received is not None],
+                                                            dtype=torch.float64, device=device)).tolist()
+        if any_problem:
+            problem = problem or f"iteration {iteration}: non-finite values on another worker"
             break
-        if args.save_model and (iteration % args.save_interval == 0 or iteration == num_iterations or stop.received):
-            save_checkpoint(run_dir, stateful, iteration=iteration, time_s=now - start_time,
+        if args.save_model and (iteration % args.save_interval == 0 or iteration == num_iterations or any_stop):
+            save_checkpoint(run_dir, rank, stateful, iteration=iteration, time_s=now - start_time,
                             stale_rollouts=list(stale_rollouts))
             last_saved = iteration
-        if stop.received:
+        if any_stop:
+            stop.received = stop.received or "SIGTERM"
             break
     stop.restore()
-    csv_file.close()
+    if is_main:
+        csv_file.close()
     envs.close()
+    if dist.is_initialized():
+        dist.destroy_process_group()
     script = os.path.basename(__file__)
     if problem:
         kept = (f"the last good checkpoint (iteration {last_saved}) is kept in {run_dir}" if last_saved is not None
                 else "no checkpoint was written")
         sys.exit(f"{script}: {problem}; stopped, {kept}")
     if stop.received:
-        print(f"Stopped after iteration {iteration} ({stop.received}). " +
-              (f"Resume with: python {script} --resume {run_dir}" if args.save_model
-               else "No checkpoint: start runs with --save-model to be able to resume them."), flush=True)
+        log(f"Stopped after iteration {iteration} ({stop.received}). " +
+            (f"Resume with: python {script} --resume {run_dir}" if args.save_model
+             else "No checkpoint: start runs with --save-model to be able to resume them."), flush=True)
         sys.exit(128 + getattr(signal, stop.received))
     return run_dir
 

@@ -210,12 +210,12 @@ def test_ppg_ewma_resets_ewma_after_each_aux_phase_and_never_updates_it_during_o
             ewmas.append(self)
         events.append(("reset", self, net, self.w, params_equal(self.net, net)))
 
-    def aux_phase(agent, aux_optimizer, aux_buffer, args):
+    def aux_phase(agent, aux_optimizer, aux_buffer, args, *rest):
         ewma = ewmas[0]
         prox_before = [p.clone() for p in ewma.net.parameters()]
         policy_before = [p.detach().clone() for p in agent.policy.parameters()]
         w_before = ewma.w
-        out = real_aux_phase(agent, aux_optimizer, aux_buffer, args)
+        out = real_aux_phase(agent, aux_optimizer, aux_buffer, args, *rest)
         events.append(("aux", agent.policy, ewma.w == w_before,
                        all(torch.equal(p, q) for p, q in zip(ewma.net.parameters(), prox_before)),
                        not all(torch.equal(p, q) for p, q in zip(agent.policy.parameters(), policy_before))))

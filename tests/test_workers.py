@@ -1,0 +1,90 @@
+"""Many workers with torchrun (CPU, gloo, 2 processes): the same networks everywhere, statistics over all data."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from conftest import ROOT, load, read_progress, run_dirs, run_tiny, tiny_argv
+
+
+def torchrun(script, tmp_path, *extra, workers=2):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
+           os.path.join(ROOT, f"{script}.py"), *tiny_argv(script, "--runs-dir", str(tmp_path), *extra)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.parametrize("script", ["ppo_ewma", "ppg_ewma"])
+def test_two_workers_hold_identical_networks_and_ewma_and_count_all_steps(script, tmp_path):
+    proc = torchrun(script, tmp_path, "--total-timesteps", "512", "--save-model")
+    assert len(run_dirs(tmp_path)) == 1  # only rank 0 writes the run folder
+    run_dir = run_dirs(tmp_path)[0]
+    rank0, rank1 = (torch.load(os.path.join(run_dir, name), weights_only=True)
+                    for name in ("checkpoint.pt", "checkpoint.rank1.pt"))
+    for key in ("agent", "ewma", "optimizer"):
+        flat0, flat1 = ([t for t in state_tensors(rank[key])] for rank in (rank0, rank1))
+        assert len(flat0) == len(flat1) > 0 and all(torch.equal(a, b) for a, b in zip(flat0, flat1)), key
+    assert not torch.equal(rank0["reward_normalizer"]["var"], rank1["reward_normalizer"]["var"])  # per worker
+    rows = read_progress(run_dir)
+    assert [int(r["global_step"]) for r in rows] == [256, 512]  # 2 workers x 4 envs x 32 steps per iteration
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["world_size"] == 2 and config["global_batch_size"] == 256 and config["num_iterations"] == 2
+    assert proc.stdout.count("iter 1/2") == 1  # one worker prints
+
+
+def state_tensors(state):
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for v in state.values():
+            yield from state_tensors(v)
+    elif isinstance(state, (list, tuple)):
+        for v in state:
+            yield from state_tensors(v)
+
+
+def test_one_worker_counts_half_the_steps_of_two(tmp_path):
+    _, rows = run_tiny("ppo_ewma", tmp_path, iterations=2)
+    assert [int(r["global_step"]) for r in rows] == [128, 256]
+
+
+def _advantage_worker(rank, port, decay, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    ppo = load("ppo")
+    moments = ppo.AdvantageMoments(decay, "cpu")
+    out = []
+    for batch in range(3):
+        data = torch.arange(5 + 3 * rank + batch, dtype=torch.float32) * (rank + 1) + batch
+        out.append([float(v) for v in moments.update(data)])
+    torch.save(out, os.path.join(result_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("decay", [0.0, 0.5])
+def test_advantage_statistics_are_those_of_all_workers_data(decay, tmp_path):
+    port = 29500 + os.getpid() % 1000 + int(decay * 10)
+    mp.spawn(_advantage_worker, args=(port, decay, str(tmp_path)), nprocs=2)
+    results = [torch.load(os.path.join(tmp_path, f"rank{r}.pt")) for r in range(2)]
+    assert results[0] == results[1]
+    reference = load("ppo").AdvantageMoments(decay, "cpu")  # one worker, both workers' data concatenated
+    for batch in range(3):
+        both = torch.cat([torch.arange(5 + 3 * r + batch, dtype=torch.float32) * (r + 1) + batch for r in range(2)])
+        expected = [float(v) for v in reference.update(both)]
+        assert results[0][batch] == pytest.approx(expected, rel=1e-6)
+
+
+def test_resume_with_another_number_of_workers_is_refused(tmp_path, monkeypatch, capsys):
+    ppo = load("ppo")
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "128", "--save-model"))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit) as exit_info:
+        ppo.parse_args(["--resume", run_dir])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "1 workers" in err and "has 2" in err
