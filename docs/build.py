@@ -1,0 +1,211 @@
+"""Regenerate the tutorial's quoted diffs and the side-by-side pages from the current scripts.
+
+    python docs/build.py            # rewrite the quoted hunks in docs/README.md and the three HTML pages
+    python docs/build.py --check    # exit 1 if anything is stale (the test suite runs this)
+    python docs/build.py --skeleton ppo.py ppo_ewma.py   # print empty hunk sections for a pair
+
+docs/README.md quotes every hunk of the three sibling diffs between markers
+
+    <!-- hunk ppo.py ppo_ewma.py 3 -->
+    ```diff
+    (generated)
+    ```
+    <!-- /hunk -->
+    Explanation of hunk 3, in Markdown, up to the next marker or heading.
+
+The diff blocks are regenerated; the explanations are written by hand and reused, word for word, as the
+notes beside each hunk in docs/<a>_vs_<b>.html. A hunk added to or removed from a diff makes --check fail
+until the guide explains it.
+"""
+import argparse
+import difflib
+import html
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(ROOT, "docs")
+GUIDE = os.path.join(DOCS, "README.md")
+PAIRS = [("ppo.py", "ppo_ewma.py"), ("ppo.py", "ppg.py"), ("ppg.py", "ppg_ewma.py")]
+CONTEXT = 2  # unchanged lines shown around each change; changes closer than 2 * CONTEXT form one hunk
+MARKER = re.compile(r"<!-- hunk (\S+) (\S+) (\d+) -->\n```diff\n.*?```\n<!-- /hunk -->\n", re.S)
+
+
+def read_lines(name):
+    with open(os.path.join(ROOT, name)) as f:
+        return f.read().splitlines()
+
+
+def hunks(a, b):
+    """The diff of a -> b as hunks: (opcodes, unified text) with CONTEXT lines around each change."""
+    la, lb = read_lines(a), read_lines(b)
+    out = []
+    for group in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_grouped_opcodes(CONTEXT):
+        i1, j1 = group[0][1], group[0][3]
+        i2, j2 = group[-1][2], group[-1][4]
+        text = [f"@@ {a} {i1 + 1}-{i2}, {b} {j1 + 1}-{j2} @@"]
+        for tag, a1, a2, b1, b2 in group:
+            if tag == "equal":
+                text += [" " + line for line in la[a1:a2]]
+            else:
+                text += ["-" + line for line in la[a1:a2]] + ["+" + line for line in lb[b1:b2]]
+        out.append((group, "\n".join(text)))
+    return out
+
+
+def block(a, b, k, text):
+    return f"<!-- hunk {a} {b} {k} -->\n```diff\n{text}\n```\n<!-- /hunk -->\n"
+
+
+def explanations(guide, a, b):
+    """Hunk number -> the Markdown after its block, up to the next hunk marker or heading."""
+    out = {}
+    for m in MARKER.finditer(guide):
+        if (m.group(1), m.group(2)) == (a, b):
+            rest = guide[m.end():]
+            stop = re.search(r"^(<!-- hunk |#)", rest, re.M)
+            out[int(m.group(3))] = rest[:stop.start() if stop else len(rest)].strip()
+    return out
+
+
+def regenerate_guide(guide):
+    """The guide with every quoted hunk replaced by the current diff; a list of problems (missing or extra hunks)."""
+    problems = []
+    for a, b in PAIRS:
+        current = hunks(a, b)
+        quoted = {int(m.group(3)) for m in MARKER.finditer(guide) if (m.group(1), m.group(2)) == (a, b)}
+        wanted = set(range(1, len(current) + 1))
+        if quoted != wanted:
+            problems.append(f"{a} -> {b}: the diff has {len(current)} hunks, the guide quotes {sorted(quoted)}")
+        for k, (_, text) in enumerate(current, 1):
+            guide = re.sub(rf"<!-- hunk {re.escape(a)} {re.escape(b)} {k} -->\n```diff\n.*?```\n<!-- /hunk -->\n",
+                           lambda _: block(a, b, k, text), guide, flags=re.S)
+    return guide, problems
+
+
+def markdown_to_html(text):
+    """The little Markdown the notes use: paragraphs, lists, `code`, **bold**, *italics*, [links](url)."""
+    out = []
+    for para in re.split(r"\n\s*\n", text.strip()):
+        items = [line[2:] for line in para.splitlines() if line.startswith("- ")]
+        inline = lambda s: re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', re.sub(  # noqa: E731
+            r"\*([^*]+)\*", r"<em>\1</em>", re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>",
+                                                   re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(s, quote=False)))))
+        if items and len(items) == len(para.splitlines()):
+            out.append("<ul>" + "".join(f"<li>{inline(i)}</li>" for i in items) + "</ul>")
+        else:
+            out.append(f"<p>{inline(' '.join(para.splitlines()))}</p>")
+    return "\n".join(out)
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
+h1 {{ font-size: 1.4em; }} .lead {{ max-width: 60em; }}
+table {{ border-collapse: collapse; width: 100%; table-layout: fixed; }}
+td {{ vertical-align: top; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; white-space: pre-wrap;
+      word-break: break-all; padding: 0 6px; }}
+td.n {{ width: 3.2em; color: #999; text-align: right; user-select: none; }}
+tr.del td.l, td.del {{ background: #fde8e8; }} td.add {{ background: #e3f6e3; }}
+tr.note td {{ font-family: system-ui, sans-serif; font-size: 14px; white-space: normal; background: #f3f6fb;
+             border-top: 2px solid #9bb3d9; padding: 8px 12px; }}
+tr.note code {{ background: #e4e9f2; padding: 0 3px; }}
+details td {{ color: #666; }} summary {{ cursor: pointer; color: #557; font-family: system-ui, sans-serif; font-size: 13px; }}
+th {{ text-align: left; font-size: 14px; padding: 6px; background: #eee; position: sticky; top: 0; }}
+</style></head><body>
+<h1>{title}</h1>
+<p class="lead">{lead} Each blue note explains the hunk below it and points to the paper; the same notes are in
+<a href="README.md">the reading guide</a>. Unchanged stretches are folded: click to open them.
+Generated by <code>python docs/build.py</code> from the current scripts.</p>
+<table><colgroup><col style="width:3.2em"><col><col style="width:3.2em"><col></colgroup>
+<tr><th></th><th>{a}</th><th></th><th>{b}</th></tr>
+{rows}
+</table></body></html>
+"""
+LEADS = {("ppo.py", "ppo_ewma.py"): "The paper's change to PPO: the proximal policy is decoupled from the behaviour policy "
+                                    "and is an EWMA of the policy network (Section 2, Section 4, Appendix A).",
+         ("ppo.py", "ppg.py"): "What Phasic Policy Gradient (Cobbe et al. 2020) adds to PPO: separate policy and value "
+                               "networks, policy phases of N_pi iterations, and an auxiliary phase.",
+         ("ppg.py", "ppg_ewma.py"): "The same change as PPO -> PPO-EWMA, applied to PPG, plus the EWMA reset at the "
+                                    "start of every policy phase (Appendix A, last paragraph)."}
+
+
+def side_by_side(a, b, notes):
+    la, lb = read_lines(a), read_lines(b)
+    ops = difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes()
+    starts = {group[0][1]: k for k, (group, _) in enumerate(hunks(a, b), 1)}  # hunk k starts at line i of a
+    cell = lambda n, text, cls="": (f'<td class="n">{n}</td><td class="l {cls}">{html.escape(text)}</td>'  # noqa: E731
+                                    if text is not None else '<td class="n"></td><td class="l"></td>')
+    rows = []
+
+    def note(i):
+        if i in starts:
+            k = starts.pop(i)
+            rows.append(f'<tr class="note"><td colspan="4"><strong>Hunk {k}.</strong> '
+                        f'{markdown_to_html(notes.get(k, "(no explanation yet)"))}</td></tr>')
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
+            lines = [(i1 + t, j1 + t) for t in range(i2 - i1)]
+            if len(lines) > 2 * CONTEXT + 6:  # fold the middle of long unchanged stretches
+                head, mid, tail = lines[:CONTEXT], lines[CONTEXT:-CONTEXT], lines[-CONTEXT:]
+            else:
+                head, mid, tail = lines, [], []
+            for i, j in head:
+                note(i)
+                rows.append(f"<tr>{cell(i + 1, la[i])}{cell(j + 1, lb[j])}</tr>")
+            if mid:
+                inner = "".join(f"<tr>{cell(i + 1, la[i])}{cell(j + 1, lb[j])}</tr>" for i, j in mid)
+                rows.append(f'<tr><td colspan="4"><details><summary>{len(mid)} unchanged lines '
+                            f'({mid[0][0] + 1}-{mid[-1][0] + 1})</summary><table>'
+                            f'<colgroup><col style="width:3.2em"><col><col style="width:3.2em"><col></colgroup>'
+                            f'{inner}</table></details></td></tr>')
+            for i, j in tail:
+                note(i)
+                rows.append(f"<tr>{cell(i + 1, la[i])}{cell(j + 1, lb[j])}</tr>")
+        else:
+            note(i1)
+            for t in range(max(i2 - i1, j2 - j1)):
+                left = cell(i1 + t + 1, la[i1 + t], "del") if i1 + t < i2 else cell("", None)
+                right = cell(j1 + t + 1, lb[j1 + t], "add") if j1 + t < j2 else cell("", None)
+                rows.append(f"<tr>{left}{right}</tr>")
+    title = f"{a} vs {b}"
+    return PAGE.format(title=title, lead=LEADS[(a, b)], a=a, b=b, rows="\n".join(rows))
+
+
+def page_path(a, b):
+    return os.path.join(DOCS, f"{a[:-3]}_vs_{b[:-3]}.html")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is stale")
+    p.add_argument("--skeleton", nargs=2, metavar=("A", "B"), help="print empty hunk sections for the pair A -> B")
+    args = p.parse_args()
+    if args.skeleton:
+        a, b = args.skeleton
+        for k, (_, text) in enumerate(hunks(a, b), 1):
+            print(block(a, b, k, text) + "(explanation)\n")
+        return
+    with open(GUIDE) as f:
+        guide = f.read()
+    new_guide, problems = regenerate_guide(guide)
+    outputs = {GUIDE: new_guide}
+    for a, b in PAIRS:
+        outputs[page_path(a, b)] = side_by_side(a, b, explanations(new_guide, a, b))
+    stale = [path for path, text in outputs.items() if not os.path.exists(path) or open(path).read() != text]
+    if args.check:
+        for message in problems + [f"stale: {os.path.relpath(path, ROOT)} (run python docs/build.py)" for path in stale]:
+            print(message, file=sys.stderr)
+        sys.exit(1 if problems or stale else 0)
+    for path in stale:
+        with open(path, "w") as f:
+            f.write(outputs[path])
+        print(f"wrote {os.path.relpath(path, ROOT)}")
+    for message in problems:
+        print(f"warning: {message}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
