@@ -106,7 +106,7 @@ body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
 h1 {{ font-size: 1.4em; }} .lead {{ max-width: 60em; }}
 table {{ border-collapse: collapse; width: 100%; table-layout: fixed; }}
 td {{ vertical-align: top; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; white-space: pre-wrap;
-      word-break: break-all; padding: 0 6px; }}
+      overflow-wrap: anywhere; padding: 0 6px; }}
 td.n {{ width: 3.2em; color: #999; text-align: right; user-select: none; }}
 tr.del td.l, td.del {{ background: #fde8e8; }} td.add {{ background: #e3f6e3; }}
 tr.note td {{ font-family: system-ui, sans-serif; font-size: 14px; white-space: normal; background: #f3f6fb;
