@@ -376,7 +376,8 @@ class EWMA(nn.Module):
 
     def get_extra_state(self):  # checkpoints keep w beside the averaged weights
         return {"w": self.w}
-    def set_extra_state(self, state):  # noqa: E301
+
+    def set_extra_state(self, state):
         self.w = state["w"]
 
 

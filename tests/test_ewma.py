@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-
+from conftest import run_tiny
 
 
 def closed_form(thetas, beta):
@@ -100,3 +100,13 @@ def test_prox_log_probs_come_from_the_ewma_weights_at_each_step(ewma_script, mon
             expected = module.log_prob(reference.logits(batch["obs"][idx]), batch["actions"][idx])
         torch.testing.assert_close(seen[k], expected, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(seen[3], seen[0])
+
+
+def test_beta_prox_zero_makes_prox_the_current_network(ewma_script, tmp_path):
+    """With beta_prox = 0 the EWMA is theta itself after every step, so on every minibatch prox = theta:
+    the logged KL against prox and the clip fraction are exactly 0 (SPEC's quick check), the capped
+    fraction too, while the policy still learns (the importance weight pi_theta/pi_behav is not 1)."""
+    _, rows = run_tiny(ewma_script.__name__, tmp_path, "--beta-prox", "0", iterations=2)
+    assert all(float(r["approx_kl"]) == 0.0 and float(r["clipfrac"]) == 0.0 for r in rows)
+    assert all(float(r["imp_samp_capfrac"]) == 0.0 for r in rows)
+    assert all(float(r["policy_loss"]) != 0.0 for r in rows)

@@ -6,7 +6,6 @@ builds the batch with the script's make_batch (GAE, advantage normalisation) and
 import torch
 
 
-
 TARGET = {0: 3, 1: 7}
 
 

@@ -3,8 +3,6 @@ import numpy as np
 import torch
 
 
-
-
 def test_reward_normalizer_matches_running_return_statistics(script):
     torch.manual_seed(0)
     T, N = 16, 3
