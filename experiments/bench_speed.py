@@ -1,7 +1,7 @@
 """Speed benchmark: how fast each script trains, and how close that is to what this machine allows.
 
     python experiments/bench_speed.py                      # the four scripts at the default config
-    python experiments/bench_speed.py --options "" "--micro-batch-size 0" "--bf16"
+    python experiments/bench_speed.py --options "" " --micro-batch-size 0" " --bf16"   # leading space: a value, not a flag
     python experiments/bench_speed.py --pieces             # env step, policy forward, one update: the ceiling
 
 Runs mode: each script (with each option set) trains for --iterations iterations in its own process;
@@ -125,13 +125,13 @@ def pieces_mode(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=SCRIPTS)
-    p.add_argument("--options", nargs="+", default=[""], help="option sets to compare, e.g. '' '--bf16'")
+    p.add_argument("--options", nargs="+", default=[""], help="option sets to compare, e.g. '' ' --bf16' (start each with a space)")
     p.add_argument("--env-id", default="starpilot")
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--num-steps", type=int, default=256)
     p.add_argument("--iterations", type=int, default=2, help="measured iterations per run")
     p.add_argument("--warmup", type=int, default=1, help="iterations skipped at the start of each run")
-    p.add_argument("--extra", default="", help="more arguments for every run, e.g. '--no-cuda'")
+    p.add_argument("--extra", default="", help="more arguments for every run, e.g. --extra=--no-cuda or --extra ' --bf16 --compile'")
     p.add_argument("--pieces", action="store_true", help="time the pieces instead of whole runs")
     p.add_argument("--no-cuda", action="store_true", help="with --pieces: stay on the CPU")
     args = p.parse_args()
