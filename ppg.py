@@ -60,7 +60,8 @@ ADJUSTMENTS = ("lr", "adv", "n_pi")  # Section 4's batch-size-invariance adjustm
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(prog=os.path.basename(__file__), description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog=os.path.basename(__file__), description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # every flag's help shows its default
     a = p.add_argument
     # experiment
     a("--exp-name", default=os.path.basename(__file__)[:-3], help="name used in the run folder")
