@@ -21,11 +21,11 @@ the largest and the smallest batch size (paper: 0.052 over the 16 games).
 Paper settings (the defaults): 16 games, hard, 3 seeds, 100M env steps, 256 envs (4 workers x 64) x 256
 steps, 8 minibatches, N_pi 32, E_aux 6, divisors 1 4 16 64 256 (down to a single env). GPU-days per run.
 
---quick (CPU, about 30 min estimated on the 2-core dev machine, 2 runs at a time on 1 core each):
+--quick (CPU, 21 min measured on the 2-core dev machine, 2 runs at a time on 1 core each):
 starpilot, easy, seed 1, --num-envs 16 --num-steps 64 --num-minibatches 8 --n-pi 2 (a PPG phase is
 2,048 env steps at every C, as N_pi is scaled by C), divisors 1 4 16, ablations at 16 only, variants
-all/no-lr/no-prox/no-adv, 12,288 steps (6 phases) per run: 6 ppg_ewma.py runs of ~7-10 min each
-(the auxiliary phase, 6 epochs of both networks, is ~80% of PPG's time). Checks the pipeline only.
+all/no-lr/no-prox/no-adv, 12,288 steps (6 phases) per run: 6 ppg_ewma.py runs of ~7 min each
+(the auxiliary phase, 6 epochs of both networks, took 68-79% of it). Checks the pipeline only.
 
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.
@@ -101,10 +101,13 @@ def make_figure(loaded, rows, args, out):
     finals = common.aggregate_final(rows, ("variant", "batch_size"), metric)
     sizes = sorted({size for _, size in finals})
     fig, axes = common.subplots(3, "Figure 2: batch size-invariance", args)
+    # An iteration at divisor C is C times fewer env steps: smooth over C times as many iterations, so every
+    # curve averages the same number of env steps and the smaller batches do not look noisier for that alone.
     common.plot_curves_by(axes[0], loaded, "divisor", sorted(args.divisors),
                           lambda c: f"{args.num_envs // c} env{'s' if args.num_envs // c > 1 else ''} (C={c})",
-                          args.smooth, metric == "normalized", variant="all")
-    axes[0].set_title("PPG-EWMA, all adjustments")
+                          lambda c: args.smooth * c, metric == "normalized", variant="all")
+    axes[0].set_title(f"PPG-EWMA, all adjustments (smoothed over {args.smooth * args.num_envs * args.num_steps:,} "
+                      "env steps)", fontsize="medium")
     xlabel = f"iteration batch size (envs x {args.num_steps} steps)"
     common.plot_final(axes[1], finals, {v: VARIANTS[v][2] for v in ("all", "ppg")}, xlabel, common.final_label(metric))
     axes[1].set_title(f"mean +- std over seeds; gap largest-smallest {invariance_gap(finals):+.3f}")

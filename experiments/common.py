@@ -38,8 +38,9 @@ PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coin
 # Reinforcement Learning" (ICML 2020, arXiv:1912.01588), appendix table of normalisation constants
 # (R_min, R_max) per game and distribution mode. The normalised return is (R - R_min) / (R_max - R_min);
 # Hilton et al. (the batch size-invariance paper) report it on hard mode. The paper itself was not at
-# hand when this was written: both columns were checked against a third-party transcription of that
-# table (in code that cites arXiv:1912.01588), and the easy column against a second, independent one.
+# hand when this was written: every value of both columns was checked against two independent
+# third-party transcriptions of that table (one a comment that cites arXiv:1912.01588 and lists both
+# columns, one a dict of the hard column), and the easy column against a third.
 PROCGEN_RANGES = {
     "hard": {
         "coinrun": (5.0, 10.0), "starpilot": (1.5, 35.0), "caveflyer": (2.0, 13.4), "dodgeball": (1.5, 19.0),
@@ -444,7 +445,7 @@ def write_csv(path, rows):
 # --- Figures shared by the runners -------------------------------------------------------------------------
 def subplots(n, figure, args):
     """A row of n panels titled `figure` plus the games, difficulty and seeds of the sweep."""
-    title = f"{figure} ({', '.join(args.envs)}; {args.distribution_mode}; seeds {' '.join(map(str, args.seeds))})"
+    title = f"{figure} ({', '.join(args.envs)}; {args.distribution_mode}; seed{'s' if len(args.seeds) > 1 else ''} {' '.join(map(str, args.seeds))})"
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -477,12 +478,14 @@ def plot_band(ax, stats, label, colour=None, linestyle="-"):
 
 def plot_curves_by(ax, loaded, tag, values, label, smooth_k, normalize, **match):
     """Learning curves (mean over games, then mean +- std over seeds) of the runs whose tags match
-    `match`, one per value of tag `tag`, coloured in order along viridis."""
+    `match`, one per value of tag `tag`, coloured in order along viridis. smooth_k: a window in
+    iterations, or a function of the value giving one (Fig. 2 smooths over the same env steps)."""
     import matplotlib.pyplot as plt
     for i, value in enumerate(values):
         members = [r for r in loaded if r["tags"].get(tag) == value
                    and all(r["tags"].get(k) == v for k, v in match.items())]
-        plot_band(ax, env_mean_curve(members, smooth_k=smooth_k, normalize=normalize), label(value),
+        k = smooth_k(value) if callable(smooth_k) else smooth_k
+        plot_band(ax, env_mean_curve(members, smooth_k=k, normalize=normalize), label(value),
                   plt.get_cmap("viridis")(i / max(1, len(values) - 1)))
     ax.set_xlabel("env steps")
     ax.set_ylabel("normalised return" if normalize else "episodic return")

@@ -103,6 +103,24 @@ def test_mean_curve_interpolates_runs_with_gaps(tmp_path):
     np.testing.assert_allclose(stats["mean"], [(1 + 3) / 2, (2 + 4) / 2, (3 + 5.5) / 2, (5 + 7) / 2])
 
 
+def test_curves_by_tag_smooth_each_value_over_its_own_window(tmp_path):
+    # Fig. 2 smooths divisor C over C times as many iterations: here C=1 unsmoothed, C=2 over 2 iterations
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for c in (1, 2):
+        write_run(tmp_path, "starpilot", f"div{c}", 1, [2.0, 4.0, 8.0, 16.0], mode="other")
+    loaded = common.load_runs(str(tmp_path))
+    for run in loaded:
+        run["tags"] = {"divisor": int(run["config"]["exp_name"][3:])}
+    fig, ax = plt.subplots()
+    common.plot_curves_by(ax, loaded, "divisor", [1, 2], str, lambda c: c, normalize=False)
+    lines = {line.get_label(): line.get_ydata() for line in ax.get_lines()}
+    np.testing.assert_allclose(lines["1"], [2, 4, 8, 16])
+    np.testing.assert_allclose(lines["2"], [2, 3, 6, 12])
+    plt.close(fig)
+
+
 def test_dedupe_keeps_the_run_that_got_furthest(tmp_path):
     write_run(tmp_path / "x", "starpilot", "a", 1, [1, 2])
     write_run(tmp_path / "y", "starpilot", "a", 1, [1, 2, 3, 4])
