@@ -4,9 +4,10 @@ EWMA of the policy network, from "Batch size-invariance for policy optimization"
 
     python ppo_ewma.py --env-id starpilot
 
-Sections, in the same order in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py: arguments,
-environment, network, storage and rollout, reward normalisation, GAE, advantage normalisation,
-losses, update, logging, main.
+Sections, in the same order in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py: arguments, many
+workers, environment, network, EWMA proximal network (EWMA scripts), storage and rollout, reward
+normalisation, GAE, advantage normalisation, losses, update, evaluation and videos, long runs,
+auxiliary phase (PPG scripts), logging, main.
 """
 import argparse
 import collections
