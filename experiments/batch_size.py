@@ -21,11 +21,12 @@ the largest and the smallest batch size (paper: 0.052 over the 16 games).
 Paper settings (the defaults): 16 games, hard, 3 seeds, 100M env steps, 256 envs (4 workers x 64) x 256
 steps, 8 minibatches, N_pi 32, E_aux 6, divisors 1 4 16 64 256 (down to a single env). GPU-days per run.
 
---quick (CPU, 21 min measured on the 2-core dev machine, 2 runs at a time on 1 core each):
-starpilot, easy, seed 1, --num-envs 16 --num-steps 64 --num-minibatches 8 --n-pi 2 (a PPG phase is
+--quick (CPU, 44 min measured on the 2-core dev machine, 2 runs at a time on 1 core each):
+starpilot, easy, seeds 1 2, --num-envs 16 --num-steps 64 --num-minibatches 8 --n-pi 2 (a PPG phase is
 2,048 env steps at every C, as N_pi is scaled by C), divisors 1 4 16, ablations at 16 only, variants
-all/no-lr/no-prox/no-adv, 12,288 steps (6 phases) per run: 6 ppg_ewma.py runs of ~7 min each
-(the auxiliary phase, 6 epochs of both networks, took 68-79% of it). Checks the pipeline only.
+all/no-lr/no-prox/no-adv, 12,288 steps (6 phases) per run: 12 ppg_ewma.py runs of 7-8 min each
+(the auxiliary phase, 6 epochs of both networks, took 67-79% of it). Checks the pipeline only; the
+second seed shows how far apart one setting's runs land at this scale.
 
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.
@@ -47,7 +48,7 @@ ABLATIONS = ("no-lr", "no-prox", "no-adv")
 PAPER = {"envs": list(common.PROCGEN_GAMES), "seeds": [1, 2, 3], "total_timesteps": 100_000_000,
          "distribution_mode": "hard", "num_envs": 256, "num_steps": 256, "num_minibatches": 8,
          "divisors": [1, 4, 16, 64, 256], "variants": list(VARIANTS), "runs_dir": "runs/fig2"}
-QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 12_288, "distribution_mode": "easy",
+QUICK = {"envs": ["starpilot"], "seeds": [1, 2], "total_timesteps": 12_288, "distribution_mode": "easy",
          "num_envs": 16, "num_steps": 64, "num_minibatches": 8, "n_pi": 2, "divisors": [1, 4, 16],
          "variants": ["all", *ABLATIONS], "parallel": 2}
 
