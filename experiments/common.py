@@ -445,7 +445,8 @@ def write_csv(path, rows):
 # --- Figures shared by the runners -------------------------------------------------------------------------
 def subplots(n, figure, args):
     """A row of n panels titled `figure` plus the games, difficulty and seeds of the sweep."""
-    title = f"{figure} ({', '.join(args.envs)}; {args.distribution_mode}; seed{'s' if len(args.seeds) > 1 else ''} {' '.join(map(str, args.seeds))})"
+    seeds = f"seed{'s' if len(args.seeds) > 1 else ''} {' '.join(map(str, args.seeds))}"
+    title = f"{figure} ({', '.join(args.envs)}; {args.distribution_mode}; {seeds})"
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
