@@ -38,9 +38,8 @@ PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coin
 # Reinforcement Learning" (ICML 2020, arXiv:1912.01588), appendix table of normalisation constants
 # (R_min, R_max) per game and distribution mode. The normalised return is (R - R_min) / (R_max - R_min);
 # Hilton et al. (the batch size-invariance paper) report it on hard mode. The paper itself was not at
-# hand when this was written: every value of both columns was checked against two independent
-# third-party transcriptions of that table (one a comment that cites arXiv:1912.01588 and lists both
-# columns, one a dict of the hard column), and the easy column against a third.
+# hand when this was written: every value of each column was checked against two independent
+# third-party transcriptions of that table (one of them, in code citing arXiv:1912.01588, lists both).
 PROCGEN_RANGES = {
     "hard": {
         "coinrun": (5.0, 10.0), "starpilot": (1.5, 35.0), "caveflyer": (2.0, 13.4), "dodgeball": (1.5, 19.0),
