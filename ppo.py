@@ -11,12 +11,16 @@ auxiliary phase (PPG scripts), logging, main.
 """
 import argparse
 import collections
+import contextlib
 import csv
+import io
 import json
 import math
 import os
 import platform
 import random
+import re
+import shlex
 import signal
 import sys
 import time
@@ -35,13 +39,19 @@ PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coin
 
 
 class ArgumentParser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # "-1e-3" and "-inf" are values (then refused with the allowed range), not unknown flags
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.I)
+
     def error(self, message):  # one line on stderr and exit code 2: no usage dump, no traceback
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def number(kind, low=None, high=None, low_open=False, high_open=False):
-    """argparse type: a `kind` in [low, high] (ends optionally open), else a message naming the range."""
-    allowed = (("(" if low_open else "[") + ("-inf" if low is None else f"{low}") + ", "
+def number(kind, low=None, high=None, low_open=False, high_open=False, or_zero=False):
+    """argparse type: a finite `kind` in [low, high] (ends optionally open; or exactly 0 with or_zero), else a
+    message naming what is allowed."""
+    allowed = (("0 or " if or_zero else "") + ("(" if low_open else "[") + ("-inf" if low is None else f"{low}") + ", "
                + ("inf" if high is None else f"{high}") + (")" if high_open or high is None else "]"))
 
     def parse(text):
@@ -49,6 +59,10 @@ def number(kind, low=None, high=None, low_open=False, high_open=False):
             x = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in {allowed}, got {text!r}")
+        if not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"expected a finite number in {allowed}, got {text}")
+        if or_zero and x == 0:
+            return x
         if ((low is not None and (x < low or (low_open and x == low)))
                 or (high is not None and (x > high or (high_open and x == high)))):
             raise argparse.ArgumentTypeError(f"must be in {allowed}, got {text}")
@@ -57,6 +71,8 @@ def number(kind, low=None, high=None, low_open=False, high_open=False):
 
 
 POSITIVE, NON_NEGATIVE = number(int, 1), number(int, 0)
+MAX_LEVEL = 2 ** 31 - 1  # Procgen's seeds and level numbers are 32-bit signed integers
+MAX_SEED = MAX_LEVEL - 100_000_000  # room for the per-worker and evaluation seed offsets
 ADJUSTMENTS = ("lr", "adv")  # Section 4's batch-size-invariance adjustments that apply to this script
 
 
@@ -66,19 +82,22 @@ def parse_args(argv=None):
     a = p.add_argument
     # experiment
     a("--exp-name", default=os.path.basename(__file__)[:-3], help="name used in the run folder")
-    a("--seed", type=int, default=1, help="seeds python, numpy, torch and Procgen")
+    a("--seed", type=number(int, 0, MAX_SEED), default=1, help="seeds python, numpy, torch and Procgen")
     a("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU if there is one")
     a("--runs-dir", default="runs", help="parent folder of the run folder")
     # environment (Procgen, Cobbe et al. 2019)
     a("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME", help="one of the 16 Procgen games")
     a("--distribution-mode", default="easy", choices=("easy", "hard"), help="the paper used hard")
-    a("--num-levels", type=NON_NEGATIVE, default=0, help="number of training levels (0 = unlimited)")
-    a("--start-level", type=NON_NEGATIVE, default=0, help="first training level")
+    a("--num-levels", type=number(int, 0, MAX_LEVEL), default=0, help="number of training levels (0 = unlimited)")
+    a("--start-level", type=number(int, 0, MAX_LEVEL), default=0, help="first training level")
     a("--total-timesteps", type=POSITIVE, default=25_000_000, help="env steps in the whole run")
     a("--num-envs", type=POSITIVE, default=64, help="parallel environments (N)")
     a("--num-steps", type=POSITIVE, default=256, help="steps per environment per rollout (T)")
     # optimisation (Appendix B, Tables 1 and 2)
     a("--num-minibatches", type=POSITIVE, default=8, help="minibatches per epoch")
+    a("--minibatch-by", default="env", choices=("env", "step"),
+      help="env = whole environments' trajectories, cut in time when minibatches outnumber envs (official code); "
+           "step = single timesteps (CleanRL)")
     a("--update-epochs", type=POSITIVE, default=3, help="policy epochs per iteration (E)")
     a("--learning-rate", type=number(float, 0, low_open=True), default=5e-4, help="Adam step size (alpha)")
     a("--gamma", type=number(float, 0, 1), default=0.999, help="discount (gamma)")
@@ -95,6 +114,8 @@ def parse_args(argv=None):
     # the paper's experiments
     a("--old-policy", default="behav", choices=("behav", "recent"),
       help="the single old policy: behav = the data's collector, recent = the policy before this iteration (Section 5.1)")
+    a("--imp-samp-max", type=number(float, 1, or_zero=True), default=100.0,
+      help="cap on the importance weight pi_theta/pi_old (App. B); 0 = no cap")
     a("--staleness", type=NON_NEGATIVE, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=POSITIVE, default=1,
       help="divide the batch size by C and apply Section 4's adjustments (needs 1 policy epoch)")
@@ -117,20 +138,11 @@ def parse_args(argv=None):
     a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
     args = p.parse_args(argv)
     if args.resume or args.evaluate:
-        return resume_args(p, argv, args)
-
-    # Arguments that depend on each other: checked here, before anything is written.
-    if args.num_envs % args.batch_divisor:
-        p.error(f"argument --batch-divisor: must divide --num-envs ({args.num_envs}), got {args.batch_divisor}")
+        return resume_args(p, argv, args)  # the run's own config.json
     if args.batch_divisor > 1 and args.update_epochs != 1:
         p.error(f"argument --batch-divisor: needs --update-epochs 1 (Section 4), got {args.update_epochs}")
-    if args.no_adjust and args.batch_divisor == 1:
-        p.error("argument --no-adjust: only meaningful with --batch-divisor > 1")
+    check_args(p, args)  # every other argument that depends on others, before anything is written
     apply_batch_size_invariance(args)
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches:
-        p.error(f"argument --num-minibatches: must divide the batch of --num-envs x --num-steps = {batch_size}, "
-                f"got {args.num_minibatches}")
     return args
 
 
@@ -149,30 +161,104 @@ def apply_batch_size_invariance(args):
         args.adam_betas = tuple(b ** (1 / c) for b in args.adam_betas)  # Appendix D
 
 
+def check_args(p, args):
+    """Arguments that depend on each other, and those that would silently do nothing: one line and exit code 2,
+    before anything is written."""
+    c, n, t, m = args.batch_divisor, args.num_envs, args.num_steps, args.num_minibatches
+    if n % c:
+        p.error(f"argument --batch-divisor: must divide --num-envs ({n}), got {c}")
+    n //= c
+    if args.minibatch_by == "step" and (n * t) % m:
+        p.error(f"argument --num-minibatches: must divide the batch of --num-envs x --num-steps = {n * t}, got {m}")
+    if args.minibatch_by == "env" and (n % m if m <= n else m % n or t % (m // n)):
+        p.error(f"argument --num-minibatches: with --minibatch-by env, must divide --num-envs ({n}) or be k x {n} "
+                f"with k dividing --num-steps ({t}), got {m}")
+    if args.start_level + args.num_levels > MAX_LEVEL:
+        p.error(f"argument --start-level: --start-level + --num-levels must be at most {MAX_LEVEL}, got "
+                f"{args.start_level + args.num_levels}")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*", args.exp_name):
+        p.error(f"argument --exp-name: a plain name (letters, digits and _ . + = -, no folders), got {args.exp_name!r}")
+    folder = os.path.abspath(args.runs_dir)
+    while not os.path.exists(folder):  # the nearest folder that exists must let us create the rest
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        p.error(f"argument --runs-dir: {folder!r} is {'not a folder' if not os.path.isdir(folder) else 'not writable'}")
+    iterations = math.ceil(args.total_timesteps / (n * t * int(os.environ.get("WORLD_SIZE", 1))))
+    if args.staleness >= iterations:
+        p.error(f"argument --staleness: must be below the run's {iterations} iterations (nothing would be trained), "
+                f"got {args.staleness}")
+    for flag, needs, on in (("no_adjust", "--batch-divisor > 1", c > 1), ("adam_beta_adjust", "--batch-divisor > 1", c > 1),
+                            ("save_interval", "--save-model", args.save_model),
+                            ("video_interval", "--capture-video", args.capture_video),
+                            ("eval_interval", "--eval-episodes > 0", args.eval_episodes)):
+        if getattr(args, flag) != p.get_default(flag) and not on:
+            p.error(f"argument --{flag.replace('_', '-')}: only used with {needs}")
+
+
+def num_iterations(args, world_size=None):
+    """Iterations in the run; the last one is never dropped, so a run may take a little more than total_timesteps."""
+    world_size = world_size or int(os.environ.get("WORLD_SIZE", 1))
+    return math.ceil(args.total_timesteps / (args.num_envs * args.num_steps * world_size))
+
+
 def resume_args(p, argv, args):
-    """--resume (or --evaluate) RUN_DIR: that run's config.json. Only --total-timesteps (to extend the run),
+    """--resume (or --evaluate) RUN_DIR: that run's config.json. Only a larger --total-timesteps (to extend the run),
     the device, checkpoint, video and evaluation flags may be given again; any other flag that differs from
-    the run's is an error."""
+    the run's is an error, and so is a run made by another script or with another number of workers."""
+    if args.resume and args.evaluate:
+        p.error("argument --evaluate: not allowed with --resume")
     flag, run_dir = ("--resume", args.resume) if args.resume else ("--evaluate", args.evaluate)
+    script, path = os.path.basename(__file__), os.path.join(run_dir, "config.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        p.error(f"argument {flag}: cannot read {path}: {e.strerror if isinstance(e, OSError) else e}")
+    defaults = vars(p.parse_args([]))
+    made_by = config.get("script") if isinstance(config, dict) else "something else"
+    missing = sorted(set(defaults) - set(config)) if isinstance(config, dict) else []
+    if made_by != script or missing:
+        p.error(f"argument {flag}: the run in {run_dir!r} was made by " + (
+            f"{made_by}, not {script}" if made_by not in (None, script) else f"another script or version: its "
+            f"config.json has no {', '.join(missing[:3]) or 'script'}"))
     if not os.path.isfile(os.path.join(run_dir, CHECKPOINT)):
         p.error(f"argument {flag}: no {CHECKPOINT} in {run_dir!r} (was the run started with --save-model?)")
-    with open(os.path.join(run_dir, "config.json")) as f:
-        config = {k: v for k, v in json.load(f).items() if k not in DERIVED_KEYS}
-    for action in p._actions:  # parse again, keeping only what the command line gave
-        action.default = argparse.SUPPRESS
-    given = vars(p.parse_args(argv))
-    if args.resume and config.get("world_size", 1) != int(os.environ.get("WORLD_SIZE", 1)):
-        p.error(f"argument {flag}: the run in {run_dir!r} had {config.get('world_size', 1)} workers, this launch has "
-                f"{os.environ.get('WORLD_SIZE', 1)}: start it with the same torchrun --nproc-per-node")
+    unset = argparse.Namespace(**dict.fromkeys(defaults))  # parse again into all-None: what the command line gave
+    given = {k: v for k, v in vars(p.parse_args(argv, unset)).items() if v is not None}
     free = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_interval", "eval_episodes", "eval_interval")
     for key, value in given.items():
         if key not in free + ("resume", "evaluate", "save_model") and config.get(key) != value:
             p.error(f"argument --{key.replace('_', '-')}: the run in {run_dir!r} has {config.get(key)!r}, got {value!r}")
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    if args.resume and config.get("world_size", 1) != world_size:
+        p.error(f"argument --resume: the run in {run_dir!r} has {config['world_size']} workers, this launch has "
+                f"{world_size}: resume it with {resume_command(run_dir, config['world_size'])}")
+    if given.get("total_timesteps", config["total_timesteps"]) < config["total_timesteps"]:
+        p.error(f"argument --total-timesteps: the run in {run_dir!r} has {config['total_timesteps']}; a resumed run "
+                f"can only be extended, got {given['total_timesteps']}")
+    config = {k: v for k, v in config.items() if k not in DERIVED_KEYS}
     config.update({k: given[k] for k in free if k in given})
     config.update(resume=args.resume, evaluate=args.evaluate, save_model=True, adam_betas=tuple(config["adam_betas"]))
+    args = argparse.Namespace(**config)
+    if args.resume:
+        try:  # the iteration reached, without reading the tensors (mmap)
+            done = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True, mmap=True)["iteration"]
+        except Exception as e:
+            p.error(f"argument --resume: cannot read {os.path.join(run_dir, CHECKPOINT)}: {type(e).__name__}")
+        if done >= num_iterations(args, world_size):
+            p.error(f"argument --resume: the run in {run_dir!r} is finished ({done} of {num_iterations(args, world_size)} "
+                    f"iterations); to extend it, give a --total-timesteps above {args.total_timesteps}")
     if args.evaluate and "eval_episodes" not in given:
-        config["eval_episodes"] = 10
-    return argparse.Namespace(**config)
+        args.eval_episodes = 10
+    return args
+
+
+def resume_command(run_dir, world_size):
+    """The command that resumes run_dir from any folder, with the workers it was started with."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    launcher = ("python" if world_size == 1 else f"torchrun --nproc-per-node {local}" if local == world_size
+                else f"torchrun --nnodes {world_size // local} --nproc-per-node {local} (and your rendezvous flags)")
+    return f"{launcher} {shlex.quote(os.path.abspath(__file__))} --resume {shlex.quote(os.path.abspath(run_dir))}"
 
 
 # --- Many workers (torchrun) ---------------------------------------------------------------------------------
@@ -240,8 +326,7 @@ class ProcgenVecEnv(gym.vector.VectorEnv):
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
-        import procgen  # imported here: it prints a harmless gym deprecation notice
-        self.venv = procgen.ProcgenGym3Env(num=num_envs, env_name=env_id, distribution_mode=distribution_mode,
+        self.venv = import_procgen().ProcgenGym3Env(num=num_envs, env_name=env_id, distribution_mode=distribution_mode,
                                            num_levels=num_levels, start_level=start_level, rand_seed=seed,
                                            num_threads=min(16, len(os.sched_getaffinity(0))))
         self.num_envs = num_envs
@@ -258,6 +343,14 @@ class ProcgenVecEnv(gym.vector.VectorEnv):
         self.venv.act(np.asarray(actions, dtype=np.int32))
         reward, obs, first = self.venv.observe()
         return obs["rgb"], reward.astype(np.float32), first.copy(), np.zeros_like(first), {}
+
+
+def import_procgen():
+    """Procgen, without the notice about gym's end of maintenance that importing it prints (we use gymnasium)."""
+    with contextlib.redirect_stderr(io.StringIO()) as captured:
+        import procgen
+    sys.stderr.write(re.sub(r"Gym has been unmaintained.*?for additional information\.\n", "", captured.getvalue(), flags=re.S))
+    return procgen
 
 
 def make_env(args, seed):
@@ -379,8 +472,7 @@ def collect_rollout(envs, agent, next_obs, next_first, num_steps, device):
             done = info["_episode"]
             episode_returns += info["episode"]["r"][done].tolist()
             episode_lengths += info["episode"]["l"][done].tolist()
-    rollout["next_value"] = agent(next_obs)[1]  # bootstrap value, stored with the data (staleness)
-    rollout["next_first"] = next_first
+    rollout["next_obs"], rollout["next_first"] = next_obs, next_first  # for the bootstrap value, at training time
     return rollout, next_obs, next_first, episode_returns, episode_lengths, env_time
 
 
@@ -389,7 +481,8 @@ class RewardNormalizer:
     """Divide rewards by the running std of a discounted return, then clip to [-10, 10].
 
     As the official code (not CleanRL's NormalizeReward with gamma 0.999): the return uses
-    gamma 0.99 and the statistics are updated once per rollout with all its returns."""
+    gamma 0.99, and the statistics are updated once per rollout with all its returns, pooled over
+    every worker (each worker keeps its own environments' running returns)."""
     def __init__(self, num_envs, device, gamma=0.99, clip=10.0, eps=1e-8):
         self.gamma, self.clip, self.eps = gamma, clip, eps
         self.ret = torch.zeros(num_envs, device=device)  # each env's running discounted return
@@ -407,11 +500,14 @@ class RewardNormalizer:
         returns = torch.empty_like(rewards)
         for t in range(rewards.shape[0]):  # an episode's return restarts at its first frame
             self.ret = returns[t] = rewards[t] + self.gamma * self.ret * (~firsts[t])
-        # merge this rollout's moments into the running ones (Chan et al.'s parallel update)
+        # this rollout's moments over all workers' returns (one all-reduce), merged into the running ones
+        # (Chan et al.'s parallel update)
         x = returns.double().flatten()
-        n, delta = x.numel(), x.mean() - self.mean
+        n, total_x, total_sq = all_reduce_sum(torch.stack([x.new_tensor(x.numel()), x.sum(), (x * x).sum()]))
+        mean_x = total_x / n
+        var_x, delta = (total_sq / n - mean_x * mean_x).clamp_min(0), mean_x - self.mean
         total = self.count + n
-        self.var = (self.var * self.count + x.var(unbiased=False) * n + delta ** 2 * self.count * n / total) / total
+        self.var = (self.var * self.count + var_x * n + delta ** 2 * self.count * n / total) / total
         self.mean, self.count = self.mean + delta * n / total, total
         return torch.clamp(rewards / torch.sqrt(self.var + self.eps).float(), -self.clip, self.clip)
 
@@ -457,8 +553,10 @@ class AdvantageMoments:
 
 def make_batch(rollout, agent, adv_moments, args):
     """GAE on a (possibly stale) rollout, normalised advantages, and the old policy's log-probs."""
+    with torch.no_grad():  # the bootstrap value by the current network; the other values as collected (official code)
+        next_value = agent(rollout["next_obs"])[1]
     advantages, returns = compute_gae(rollout["rewards"], rollout["values"], rollout["firsts"],
-                                      rollout["next_value"], rollout["next_first"], args.gamma, args.gae_lambda)
+                                      next_value, rollout["next_first"], args.gamma, args.gae_lambda)
     adv_mean, adv_std = adv_moments.update(advantages)
     if args.norm_adv:
         advantages = (advantages - adv_mean) / (adv_std + 1e-8)
@@ -472,22 +570,43 @@ def make_batch(rollout, agent, adv_moments, args):
 
 
 # --- Losses (PPO: Schulman et al. 2017, eq. 7 and 8) -------------------------------------------------------
-def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty):
+def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty, imp_samp_max):
     """Clipped surrogate (eq. 7) and/or KL penalty (eq. 8), in log space, against one old policy."""
+    # Cap the importance weight pi_theta/pi_old at imp_samp_max (Appendix B; 0 = no cap): in value only, gradients
+    # still flow through logp. It bites only on stale data (Section 5.1), in every script as in the official code.
+    log_cap = logp.detach() - math.log(imp_samp_max) if imp_samp_max else torch.full_like(logp, -math.inf)
+    capped = logp_old < log_cap
+    logp_old_capped = torch.maximum(logp_old, log_cap)
     logratio = logp - logp_old  # log r_t(theta)
-    pg_losses = -advantages * torch.exp(logratio)
+    pg_losses = -advantages * torch.exp(logp - logp_old_capped)
     if clip_coef > 0:
         clipped = torch.clamp(logratio, math.log(1 - clip_coef), math.log(1 + clip_coef))
-        pg_losses = torch.maximum(pg_losses, -advantages * torch.exp(clipped))
+        pg_losses = torch.maximum(pg_losses, -advantages * torch.exp(clipped + logp_old - logp_old_capped))
     # KL[old, theta] by the sampled estimate 0.5 * (log r)^2, as the official code
     kl = 0.5 * logratio.pow(2)
     with torch.no_grad():
         outside = (logratio < math.log(1 - clip_coef)) | (logratio > math.log(1 + clip_coef))
-        diagnostics = {"approx_kl": kl.mean(), "clipfrac": outside.float().mean() if clip_coef > 0 else kl.new_zeros(())}
+        diagnostics = {"approx_kl": kl.mean(), "clipfrac": outside.float().mean() if clip_coef > 0 else kl.new_zeros(()),
+                       "imp_samp_capfrac": capped.float().mean()}
     return pg_losses.mean() + kl_penalty * kl.mean(), diagnostics
 
 
 # --- Update ------------------------------------------------------------------------------------------------
+def minibatches(args, device):
+    """One epoch's minibatches, as indices into the batch flattened from (num_steps, num_envs). --minibatch-by env,
+    as the official code: each minibatch is whole environments' trajectories; with more minibatches than
+    environments, each trajectory is cut into consecutive time chunks (environments shuffled, chunks in time
+    order). --minibatch-by step, as CleanRL: shuffled single timesteps. Either way every step once per epoch."""
+    t, n, m = args.num_steps, args.num_envs, args.num_minibatches
+    if args.minibatch_by == "step":
+        return torch.randperm(t * n, device=device).chunk(m)
+    steps = torch.arange(t * n, device=device).view(t, n)  # steps[i, j]: step i of environment j
+    envs = torch.randperm(n, device=device)
+    if m <= n:
+        return [steps[:, group].flatten() for group in envs.chunk(m)]
+    return [chunk for j in envs.tolist() for chunk in steps[:, j].chunk(m // n)]
+
+
 def update(agent, optimizer, batch, args):
     """E epochs of minibatch Adam steps on the policy and value losses. Returns the mean diagnostics."""
     batch_size = batch["actions"].numel()
@@ -495,7 +614,7 @@ def update(agent, optimizer, batch, args):
     micro = args.micro_batch_size or minibatch_size
     sums = collections.defaultdict(float)
     for epoch in range(args.update_epochs):
-        for mb in torch.randperm(batch_size, device=batch["actions"].device).split(minibatch_size):
+        for mb in minibatches(args, batch["actions"].device):
             optimizer.zero_grad(set_to_none=True)
             for idx in mb.split(micro):  # gradient accumulation: the same gradient as one pass over mb
                 logits, value = agent(batch["obs"][idx])
@@ -503,7 +622,7 @@ def update(agent, optimizer, batch, args):
                 logp = logp_all.gather(-1, batch["actions"][idx].unsqueeze(-1)).squeeze(-1)
                 entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
                 pg_loss, diag = policy_loss(logp, batch["logp_old"][idx], batch["advantages"][idx],
-                                            args.clip_coef, args.kl_penalty)
+                                            args.clip_coef, args.kl_penalty, args.imp_samp_max)
                 v_loss = (value - batch["returns"][idx]).pow(2).mean()  # vf_coef * MSE, no 0.5 (official)
                 loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
                 (loss * (len(idx) / len(mb))).backward()
@@ -587,7 +706,8 @@ def evaluate_saved_agent(args, device):
 
 # --- Long runs: checkpoints, resume, signals, non-finite values ---------------------------------------------
 CHECKPOINT = "checkpoint.pt"
-DERIVED_KEYS = ("batch_size", "minibatch_size", "num_iterations", "device", "versions", "world_size", "global_batch_size")
+DERIVED_KEYS = ("batch_size", "minibatch_size", "num_iterations", "device", "versions", "world_size", "global_batch_size",
+                "script")
 
 
 def checkpoint_name(rank):
@@ -650,6 +770,15 @@ class StopSignal:
             signal.signal(s, handler)
 
 
+def warn_if_diverging(iteration, row, limit=1e10):
+    """Losses that explode without going non-finite (e.g. a value loss of 1e28 at learning rate 0.1): say so, once."""
+    big = [k for k, v in row.items() if k.endswith("loss") and isinstance(v, float) and abs(v) > limit]
+    if big:
+        print(f"warning: iteration {iteration}: {big[0]} = {row[big[0]]:.3g}: the run is diverging (try a smaller "
+              "--learning-rate)", file=sys.stderr, flush=True)
+    return bool(big)
+
+
 def check_finite(iteration, row, agent):
     """Stop on a non-finite loss or parameter, naming it, before a broken state can be checkpointed."""
     bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
@@ -660,7 +789,7 @@ def check_finite(iteration, row, agent):
 
 # --- Logging ------------------------------------------------------------------------------------------------
 COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length", "policy_loss",
-           "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std",
+           "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac",
            "env_time_s", "rollout_time_s", "update_time_s", "eval_return", "eval_length"]
 
 
@@ -671,11 +800,27 @@ def create_run_dir(args):
 
 
 def write_config(run_dir, args, extra):
-    import procgen
     versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-                "gymnasium": gym.__version__, "procgen": getattr(procgen, "__version__", "unknown")}
+                "gymnasium": gym.__version__, "procgen": getattr(import_procgen(), "__version__", "unknown")}
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump({**vars(args), **extra, "versions": versions}, f, indent=2)
+
+
+def open_progress(run_dir, start_iteration):
+    """progress.csv, open for appending. On resume the rows up to the checkpoint are kept and later ones dropped,
+    through a temporary file and an atomic rename: a crash at any moment leaves every kept row in place."""
+    path = os.path.join(run_dir, "progress.csv")
+    rows = []
+    if start_iteration:
+        with open(path, newline="") as f:
+            rows = [row for row in csv.DictReader(f) if int(row["iteration"]) <= start_iteration]
+    with open(path + ".tmp", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(path + ".tmp", path)
+    csv_file = open(path, "a", newline="")
+    return csv_file, csv.DictWriter(csv_file, fieldnames=COLUMNS)
 
 
 def format_eta(seconds):
@@ -699,49 +844,43 @@ def main(argv=None):
     torch.manual_seed(args.seed + rank)
     batch_size = args.num_envs * args.num_steps  # per worker; the iteration batch is world_size times this
     global_batch_size = batch_size * world_size
-    num_iterations = math.ceil(args.total_timesteps / global_batch_size)  # the last iteration is never dropped
+    iterations = num_iterations(args, world_size)
 
     agent = Agent(NUM_ACTIONS).to(device)
     broadcast_from_rank0(agent)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=1e-8)
-    reward_normalizer = RewardNormalizer(args.num_envs, device)  # per worker, as in the official code
+    reward_normalizer = RewardNormalizer(args.num_envs, device)  # statistics pooled over workers (official code)
     adv_moments = AdvantageMoments(args.adv_ewma_decay, device)
     stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
     stateful = {"agent": agent, "optimizer": optimizer, "reward_normalizer": reward_normalizer, "adv_moments": adv_moments}
     configure_cnns([net for net in stateful.values() if isinstance(net, nn.Module)], args.bf16, args.compile)
 
     start_iteration, elapsed = 0, 0.0
-    run_dir = args.resume or share_from_rank0(create_run_dir(args) if is_main else None)
     if args.resume:  # Procgen cannot restore its state: the resumed run starts fresh episodes, nothing else differs
-        checkpoint = load_checkpoint(run_dir, rank, stateful, device)
+        checkpoint = load_checkpoint(args.resume, rank, stateful, device)
         start_iteration, elapsed = checkpoint["iteration"], checkpoint["time_s"]
         stale_rollouts.extend(checkpoint["stale_rollouts"])
     # distinct levels for each worker; a resumed run gets new ones rather than a replay of the first
     envs = make_env(args, seed=args.seed + 100_000 * rank + start_iteration)
+    run_dir = args.resume or share_from_rank0(create_run_dir(args) if is_main else None)
     if is_main:
         write_config(run_dir, args, {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
-                                     "num_iterations": num_iterations, "device": str(device), "world_size": world_size,
-                                     "global_batch_size": global_batch_size})
+                                     "num_iterations": iterations, "device": str(device), "world_size": world_size,
+                                     "global_batch_size": global_batch_size, "script": os.path.basename(__file__)})
+        csv_file, progress = open_progress(run_dir, start_iteration)
     log = print if is_main else (lambda *a, **k: None)
     log(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
-        f"{args.num_steps} steps" + (f" x {world_size} workers" if world_size > 1 else "") + f", {num_iterations} "
-        f"iterations = {num_iterations * global_batch_size:,} steps; "
+        f"{args.num_steps} steps" + (f" x {world_size} workers" if world_size > 1 else "") + f", {iterations} "
+        f"iterations = {iterations * global_batch_size:,} steps; "
         f"lr {args.learning_rate:.3g}, adv_ewma_decay {args.adv_ewma_decay:.4g}"
         f"; run folder {run_dir}", flush=True)
-    if is_main:
-        progress_path = os.path.join(run_dir, "progress.csv")
-        rows = list(csv.DictReader(open(progress_path))) if args.resume else []
-        csv_file = open(progress_path, "w", newline="")  # on resume: rewritten up to the checkpoint, then appended
-        progress = csv.DictWriter(csv_file, fieldnames=COLUMNS)
-        progress.writeheader()
-        progress.writerows(row for row in rows if int(row["iteration"]) <= start_iteration)
 
     next_obs, _ = envs.reset()
     next_obs = torch.from_numpy(next_obs).to(device)
     next_first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
     start_time = time.time() - elapsed
-    stop, problem, last_saved = StopSignal(), None, start_iteration if args.resume else None
-    for iteration in range(start_iteration + 1, num_iterations + 1):
+    stop, problem, warned, last_saved = StopSignal(), None, False, start_iteration if args.resume else None
+    for iteration in range(start_iteration + 1, iterations + 1):
         iteration_start = time.time()
         agent.eval()
         rollout, next_obs, next_first, ep_returns, ep_lengths, env_time = collect_rollout(
@@ -769,26 +908,27 @@ def main(argv=None):
                    rollout_time_s=round(rollout_time, 3),
                    episodic_return=ep_return_sum / episodes if episodes else "",
                    episodic_length=ep_length_sum / episodes if episodes else "")
-        if is_main and args.eval_episodes and (iteration % args.eval_interval == 0 or iteration == num_iterations):
+        if is_main and args.eval_episodes and (iteration % args.eval_interval == 0 or iteration == iterations):
             eval_returns, eval_lengths = evaluate(args, agent, device, args.eval_episodes, seed=args.seed + iteration)
             row.update(eval_return=np.mean(eval_returns), eval_length=np.mean(eval_lengths))
-        if is_main and args.capture_video and (iteration % args.video_interval == 0 or iteration == num_iterations):
+        if is_main and args.capture_video and (iteration % args.video_interval == 0 or iteration == iterations):
             record_video(args, agent, device, os.path.join(run_dir, "videos", f"iter_{iteration:06d}.gif"), seed=args.seed)
         if is_main:
             progress.writerow(row)
             csv_file.flush()
-        eta = (now - start_time) / iteration * (num_iterations - iteration)
+        eta = (now - start_time) / iteration * (iterations - iteration)
         ret = f"{row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
-        log(f"iter {iteration}/{num_iterations} | step {row['global_step']:,} | return {ret} | "
+        log(f"iter {iteration}/{iterations} | step {row['global_step']:,} | return {ret} | "
             f"sps {row['sps']:.0f} | eta {format_eta(eta)}", flush=True)
         problem = check_finite(iteration, row, agent)
+        warned = warned or (is_main and warn_if_diverging(iteration, row))
         # all workers stop together (a worker alone in an all-reduce would wait for ever)
         any_problem, any_stop = all_reduce_sum(torch.tensor([problem is not None, stop.received is not None],
                                                             dtype=torch.float64, device=device)).tolist()
         if any_problem:
             problem = problem or f"iteration {iteration}: non-finite values on another worker"
             break
-        if args.save_model and (iteration % args.save_interval == 0 or iteration == num_iterations or any_stop):
+        if args.save_model and (iteration % args.save_interval == 0 or iteration == iterations or any_stop):
             save_checkpoint(run_dir, rank, stateful, iteration=iteration, time_s=now - start_time,
                             stale_rollouts=list(stale_rollouts))
             last_saved = iteration
@@ -808,7 +948,7 @@ def main(argv=None):
         sys.exit(f"{script}: {problem}; stopped, {kept}")
     if stop.received:
         log(f"Stopped after iteration {iteration} ({stop.received}). " +
-            (f"Resume with: python {script} --resume {run_dir}" if args.save_model
+            (f"Resume with: {resume_command(run_dir, world_size)}" if args.save_model
              else "No checkpoint: start runs with --save-model to be able to resume them."), flush=True)
         sys.exit(128 + getattr(signal, stop.received))
     return run_dir

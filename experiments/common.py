@@ -563,7 +563,8 @@ def parse_sweep_args(parser, argv, paper, quick):
 def base_options(args, script):
     """Script options that come from the shared flags (sizes, difficulty, PPG phase for tiny runs)."""
     options = {"distribution_mode": args.distribution_mode, "num_envs": args.num_envs, "num_steps": args.num_steps,
-               "num_minibatches": args.num_minibatches}
+               "num_minibatches": args.num_minibatches,
+               "minibatch_by": "env"}  # the paper's minibatches (official code); named so older runs are not reused
     if script.startswith("ppg"):
         for dest in ("n_pi", "e_aux"):
             if getattr(args, dest, None) is not None:

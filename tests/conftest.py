@@ -5,6 +5,8 @@ import importlib.util
 import os
 import sys
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -15,6 +17,9 @@ PPG_SCRIPTS = ("ppg", "ppg_ewma")
 # A run of a few seconds: 4 envs x 32 steps, 2 minibatches of 64; PPG phases of 2 iterations.
 TINY = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--no-cuda"]
 TINY_PPG = ["--n-pi", "2", "--e-aux", "1"]
+# progress.csv columns computed from the learner alone (time_s, sps and the *_time_s columns are wall-clock)
+LEARNING_COLUMNS = ["iteration", "global_step", "episodic_return", "episodic_length", "policy_loss", "value_loss",
+                    "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac"]
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
@@ -48,6 +53,67 @@ def read_progress(run_dir):
 
 def run_dirs(parent):
     return glob.glob(os.path.join(str(parent), "*"))
+
+
+def learning_columns(rows):
+    return [{c: r[c] for c in LEARNING_COLUMNS} for r in rows]
+
+
+class StatelessEnv(gym.vector.VectorEnv):
+    """A stand-in for Procgen with no state to lose: the same frame every step, one-step episodes paying 1 for
+    action 3. A resumed run then sees exactly the data the uninterrupted run sees, so everything must match."""
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+
+    def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
+        self.num_envs = num_envs
+        self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
+        self.single_action_space = gym.spaces.Discrete(15)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.frame = np.full((num_envs, 64, 64, 3), 90, dtype=np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        return self.frame, {}
+
+    def step(self, actions):
+        done = np.ones(self.num_envs, dtype=bool)
+        return self.frame, (np.asarray(actions) == 3).astype(np.float32), done, ~done, {}
+
+
+def assert_same_state(a, b, path="checkpoint"):
+    """Two checkpoints (nested dicts, lists and tensors) hold exactly the same values."""
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same_state(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+@pytest.fixture
+def bad_argument(capsys, monkeypatch, tmp_path):
+    """bad_argument(name, argv, flag): `name`'s main(argv), run in an empty folder, must exit with code 2 and one
+    line on stderr that names `flag`, with no traceback and nothing written anywhere. Returns that line."""
+    def check(name, argv, flag):
+        folder = tmp_path / "cwd"
+        folder.mkdir(exist_ok=True)
+        before = sorted(os.listdir(tmp_path)), sorted(os.listdir(folder))
+        monkeypatch.chdir(folder)
+        with pytest.raises(SystemExit) as exit_info:
+            load(name).main(list(argv))
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2, (exit_info.value.code, err)
+        assert err.count("\n") == 1 and err.startswith(f"{name}.py: error: ") and flag in err, err
+        assert "Traceback" not in err
+        assert (sorted(os.listdir(tmp_path)), sorted(os.listdir(folder))) == before, "something was written"
+        return err
+    return check
 
 
 @pytest.fixture(params=SCRIPTS)

@@ -5,56 +5,16 @@ import signal
 import subprocess
 import sys
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from conftest import PPG_SCRIPTS, ROOT, TINY, load, read_progress, tiny_argv
-
-# Columns computed from the learner alone; time_s and sps are wall-clock.
-LEARNING_COLUMNS = ["iteration", "global_step", "episodic_return", "episodic_length", "policy_loss", "value_loss",
-                    "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std"]
+from conftest import (PPG_SCRIPTS, ROOT, TINY, StatelessEnv, assert_same_state, learning_columns, load,
+                      read_progress, tiny_argv)
 
 
-class StatelessEnv(gym.vector.VectorEnv):
-    """A stand-in for Procgen with no state to lose: the same frame every step, one-step episodes paying 1 for
-    action 3. A resumed run then sees exactly the data the uninterrupted run sees, so everything must match."""
-    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-
-    def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
-        self.num_envs = num_envs
-        self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
-        self.single_action_space = gym.spaces.Discrete(15)
-        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
-        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
-        self.frame = np.full((num_envs, 64, 64, 3), 90, dtype=np.uint8)
-
-    def reset(self, *, seed=None, options=None):
-        return self.frame, {}
-
-    def step(self, actions):
-        done = np.ones(self.num_envs, dtype=bool)
-        return self.frame, (np.asarray(actions) == 3).astype(np.float32), done, ~done, {}
-
-
-def checkpoint(run_dir):
-    return torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-
-
-def assert_same_state(a, b, path="checkpoint"):
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), path
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            assert_same_state(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same_state(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, path
+def checkpoint(run_dir, name="checkpoint.pt"):
+    return torch.load(os.path.join(run_dir, name), weights_only=True)
 
 
 def test_resume_equals_an_uninterrupted_run(script, tmp_path, monkeypatch):
@@ -69,8 +29,7 @@ def test_resume_equals_an_uninterrupted_run(script, tmp_path, monkeypatch):
     assert script.main(["--resume", part, "--total-timesteps", "512"]) == part
     rows_full, rows_part = read_progress(full), read_progress(part)
     assert [r["iteration"] for r in rows_part] == ["1", "2", "3", "4"]
-    for r_full, r_part in zip(rows_full, rows_part):
-        assert {c: r_full[c] for c in LEARNING_COLUMNS} == {c: r_part[c] for c in LEARNING_COLUMNS}
+    assert learning_columns(rows_full) == learning_columns(rows_part)
     a, b = checkpoint(full), checkpoint(part)
     a.pop("time_s"), b.pop("time_s")
     assert_same_state(a, b)
@@ -94,21 +53,10 @@ def test_resume_on_procgen_keeps_the_past_and_starts_fresh_episodes(tmp_path):
     assert changed == {"total_timesteps", "num_iterations", "resume"}
 
 
-def test_resume_rejects_a_conflicting_flag_and_a_missing_checkpoint(tmp_path, capsys):
-    ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "128", "--save-model"))
-    for argv, arg in ([["--resume", run_dir, "--gamma", "0.9"], "--gamma"],
-                      [["--resume", str(tmp_path / "nowhere")], "--resume"]):
-        with pytest.raises(SystemExit) as exit_info:
-            ppo.parse_args(argv)
-        err = capsys.readouterr().err
-        assert exit_info.value.code == 2 and err.count("\n") == 1 and arg in err
-
-
 def test_sigterm_saves_a_loadable_checkpoint_and_prints_the_resume_command(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "ppo_ewma.py"), *TINY, "--total-timesteps", "100000", "--save-model",
            "--save-interval", "1000"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     for line in proc.stdout:  # wait for the first finished iteration, then ask it to stop
         lines.append(line)
@@ -117,10 +65,58 @@ def test_sigterm_saves_a_loadable_checkpoint_and_prints_the_resume_command(tmp_p
             break
     out = "".join(lines) + proc.stdout.read()
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    assert "Gym has been unmaintained" not in proc.stderr.read()  # the notice of Procgen's gym import is silenced
     run_dir = os.path.join(tmp_path, "runs", os.listdir(os.path.join(tmp_path, "runs"))[0])
     state = checkpoint(run_dir)
     assert state["iteration"] >= 1 and "ewma" in state
-    assert f"Resume with: python ppo_ewma.py --resume {os.path.join('runs', os.path.basename(run_dir))}" in out
+    # a command that works from any folder: absolute paths
+    assert f"Resume with: python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
+
+
+def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(tmp_path):
+    """Killed (SIGKILL, no clean-up) as soon as the resumed run has started: the history is all still there."""
+    ppo = load("ppo")
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256", "--save-model"))
+    before = open(os.path.join(run_dir, "progress.csv")).read()
+    assert len(read_progress(run_dir)) == 2
+    cmd = [sys.executable, os.path.join(ROOT, "ppo.py"), "--resume", run_dir, "--total-timesteps", "100000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    first = proc.stdout.readline()  # the run's first line: progress.csv has been prepared, no iteration has ended
+    proc.kill()
+    proc.wait(timeout=60)
+    assert first.startswith("ppo on starpilot")
+    assert open(os.path.join(run_dir, "progress.csv")).read() == before
+    assert not os.path.exists(os.path.join(run_dir, "progress.csv.tmp"))
+
+
+def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(tmp_path):
+    """torchrun, 2 gloo workers, the stand-in environment: 2 iterations + resume to 4 == 4 iterations, in every
+    learning column and every tensor of both workers' checkpoints (PPG-EWMA: aux buffer, EWMA, FIFO)."""
+    extra = ["--staleness", "1", "--save-model", "--save-interval", "1", "--n-pi", "3"]
+    full = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "full"),
+                                                   "--total-timesteps", "1024", *extra))
+    part = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "part"),
+                                                   "--total-timesteps", "512", *extra))
+    assert checkpoint(part)["iteration"] == 2
+    torchrun_stand_in("ppg_ewma", ["--resume", part, "--total-timesteps", "1024"])
+    assert [r["global_step"] for r in read_progress(part)] == ["256", "512", "768", "1024"]
+    assert learning_columns(read_progress(full)) == learning_columns(read_progress(part))
+    for name in ("checkpoint.pt", "checkpoint.rank1.pt"):
+        a, b = checkpoint(full, name), checkpoint(part, name)
+        a.pop("time_s"), b.pop("time_s")
+        assert_same_state(a, b, name)
+
+
+def torchrun_stand_in(script, argv, workers=2):
+    """`torchrun --nproc-per-node 2 tests/stand_in.py SCRIPT ARGV`: the script's main() on the stand-in env."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    first = next(i for i, a in enumerate(argv) if a in ("--runs-dir", "--resume")) + 1
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
+           os.path.join(folder, "stand_in.py"), script, *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parent = argv[first]
+    return parent if "--resume" in argv else os.path.join(parent, os.listdir(parent)[0])
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(script, tmp_path, monkeypatch, capsys):

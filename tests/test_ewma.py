@@ -91,7 +91,7 @@ def test_prox_log_probs_come_from_the_ewma_weights_at_each_step(ewma_script, mon
     module.update(agent, optimizer, batch, args, ewma)
     assert len(seen) == 4 and len(thetas) == 5
     torch.manual_seed(1)
-    perm = torch.randperm(B).split(B // 4)  # the same minibatch order as the update drew
+    perm = module.minibatches(args, torch.device("cpu"))  # the same minibatches as the update drew
     reference = copy.deepcopy(policy)
     for k, idx in enumerate(perm):
         with torch.no_grad():

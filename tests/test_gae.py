@@ -54,3 +54,29 @@ def test_gae_by_hand_three_steps_with_an_episode_end():
     d1 = 2.0 - 0.25
     d0 = 1.0 + gamma * 0.25 - 0.5
     np.testing.assert_allclose(adv[:, 0].numpy(), [d0 + gamma * lam * d1, d1, d2], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppg_ewma"])
+def test_bootstrap_value_is_the_current_networks(name):
+    """As the official code: a (possibly stale) rollout's last value is recomputed by the network being trained,
+    the other values are those stored at collection."""
+    module = load(name)
+    args = module.parse_args(["--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--no-norm-adv"])
+    g = torch.Generator().manual_seed(0)
+    T, N = 8, 4
+    rollout = module.new_rollout(T, N, "cpu")
+    rollout["rewards"].copy_(torch.randn(T, N, generator=g))
+    rollout["values"].copy_(torch.randn(T, N, generator=g))
+    rollout["next_obs"] = torch.randint(0, 256, (N, 64, 64, 3), dtype=torch.uint8, generator=g)
+    rollout["next_first"] = torch.tensor([False, True, False, False])
+    torch.manual_seed(1)
+    agent = module.Agent(15)
+    with torch.no_grad():
+        next_value = agent(rollout["next_obs"])[1]
+    batch = module.make_batch(rollout, agent, module.AdvantageMoments(0.0, "cpu"), args)
+    expected = reference_gae(rollout["rewards"].numpy(), rollout["values"].numpy(), rollout["firsts"].numpy(),
+                             next_value.numpy(), rollout["next_first"].numpy(), args.gamma, args.gae_lambda)
+    np.testing.assert_allclose(batch["advantages"].view(T, N).numpy(), expected, rtol=1e-5, atol=1e-5)
+    # the last step of env 0 bootstraps from the network's value of the frame after the rollout
+    last = rollout["rewards"][-1, 0] + args.gamma * next_value[0] - rollout["values"][-1, 0]
+    assert float(batch["advantages"].view(T, N)[-1, 0]) == pytest.approx(float(last), rel=1e-5)

@@ -43,7 +43,7 @@ def call_policy_loss(module, logp, logp_behav, logp_prox, advantages, clip_coef,
     """The script's policy_loss: PPO's against one old policy (prox = old), the EWMA scripts' decoupled one."""
     if module.__name__ in EWMA_SCRIPTS:
         return module.policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, 100.0)
-    return module.policy_loss(logp, logp_prox, advantages, clip_coef, kl_penalty)
+    return module.policy_loss(logp, logp_prox, advantages, clip_coef, kl_penalty, 100.0)
 
 
 def categorical_log_prob(logits, actions):  # independent of the scripts' log_prob
@@ -61,7 +61,7 @@ def random_rollout(module, args, seed=0):
     rollout["rewards"].copy_(torch.randn((T, N), generator=g))
     rollout["firsts"].copy_(torch.rand((T, N), generator=g) < 0.1)
     rollout["values"].copy_(torch.randn((T, N), generator=g))
-    rollout["next_value"] = torch.randn(N, generator=g)
+    rollout["next_obs"] = torch.randint(0, 256, (N, 64, 64, 3), dtype=torch.uint8, generator=g)
     rollout["next_first"] = torch.rand(N, generator=g) < 0.1
     return rollout
 

@@ -21,7 +21,7 @@ def test_update_learns_a_contextual_bandit(script):
     extra = (module.EWMA(ewma_net, args.beta_prox),) if hasattr(module, "EWMA") else ()
     moments = module.AdvantageMoments(0.0, "cpu")
     T, N = args.num_steps, args.num_envs
-    colour = (torch.arange(T * N) % 2).view(T, N)
+    colour = torch.randint(0, 2, (T, N))  # a red or blue frame at every step of every environment
     target = torch.where(colour == 0, TARGET[0], TARGET[1])
 
     def target_prob():
@@ -42,7 +42,7 @@ def test_update_learns_a_contextual_bandit(script):
         rollout["values"] = values.view(T, N)
         rollout["rewards"] = (rollout["actions"] == target).float()
         rollout["firsts"][:] = True  # one-step episodes
-        rollout["next_value"], rollout["next_first"] = torch.zeros(N), torch.ones(N, dtype=torch.bool)
+        rollout["next_obs"], rollout["next_first"] = rollout["obs"][-1], torch.ones(N, dtype=torch.bool)
         history.append(target_prob())
         batch = module.make_batch(rollout, agent, moments, args)
         module.update(agent, optimizer, batch, args, *extra)

@@ -26,7 +26,7 @@ def loss_and_grad(fn, logp, *args):
 def test_ppo_loss_matches_clipped_objective_by_hand():
     ppo = load("ppo")
     logp, _, logp_old, adv = sample()
-    loss, _ = ppo.policy_loss(logp, logp_old, adv, 0.2, 0.0)
+    loss, _ = ppo.policy_loss(logp, logp_old, adv, 0.2, 0.0, 100.0)
     r = torch.exp(logp - logp_old)
     expected = -torch.minimum(r * adv, torch.clamp(r, 0.8, 1.2) * adv).mean()  # eq. 7
     torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
@@ -38,10 +38,10 @@ def test_decoupled_equals_ppo_when_prox_is_behav(name, clip_coef, kl_penalty):
     """Section 2's sanity check: with prox = behav the decoupled loss is PPO's, in value and gradient."""
     ppo, ewma = load("ppo"), load(name)
     logp, _, logp_behav, adv = sample(spread=0.5)
-    l0, g0, d0 = loss_and_grad(ppo.policy_loss, logp, logp_behav, adv, clip_coef, kl_penalty)
+    l0, g0, d0 = loss_and_grad(ppo.policy_loss, logp, logp_behav, adv, clip_coef, kl_penalty, 100.0)
     l1, g1, d1 = loss_and_grad(ewma.policy_loss, logp, logp_behav, logp_behav, adv, clip_coef, kl_penalty, 100.0)
     assert torch.equal(l0, l1) and torch.equal(g0, g1)
-    assert torch.equal(d0["clipfrac"], d1["clipfrac"]) and d1["imp_samp_capfrac"] == 0
+    assert torch.equal(d0["clipfrac"], d1["clipfrac"]) and d1["imp_samp_capfrac"] == d0["imp_samp_capfrac"] == 0
 
 
 def test_decoupled_clipped_objective_by_hand():
@@ -75,6 +75,63 @@ def test_clipping_off_with_clip_coef_zero(name):
     """--clip-coef 0: no clipping at all; the surrogate is the importance-sampled policy gradient (eq. 6)."""
     module = load(name)
     logp, _, logp_behav, adv = sample(spread=1.0, seed=3)
-    args = (logp_behav, adv, 0.0, 0.0) if name in ("ppo", "ppg") else (logp_behav, logp_behav, adv, 0.0, 0.0, 1e9)
+    args = (logp_behav, adv, 0.0, 0.0, 0.0) if name in ("ppo", "ppg") else (logp_behav, logp_behav, adv, 0.0, 0.0, 0.0)
     loss, _ = module.policy_loss(logp, *args)
     torch.testing.assert_close(loss, -(torch.exp(logp - logp_behav) * adv).mean())
+
+
+def stale_sample(n=256, seed=5):
+    """Very stale data: the behaviour policy gave many actions a probability far below the current one."""
+    logp, _, logp_behav, adv = sample(n, seed, spread=0.3)
+    g = torch.Generator().manual_seed(seed + 1)
+    logp_behav = logp_behav - 8 * torch.rand(n, generator=g, dtype=torch.float64)  # ratios up to e^8 ~ 3000
+    return logp, logp_behav, adv
+
+
+def capped_clipped_loss_by_hand(logp, logp_old, adv, eps, cap):
+    """Appendix B's cap written out: the weight pi/pi_old is min(r, cap) in value, with gradient cap * dlogp where
+    it is capped; the clipped branch is clip(r) times the constant pi_old/pi_old_capped = min(1, cap/r)."""
+    r = torch.exp(logp - logp_old)
+    is_capped = r.detach() > cap
+    weight = torch.where(is_capped, cap * torch.exp(logp - logp.detach()), r)
+    factor = torch.where(is_capped, cap / r.detach(), torch.ones_like(r))
+    return torch.maximum(-adv * weight, -adv * torch.clamp(r, 1 - eps, 1 + eps) * factor).mean()
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppg"])
+def test_baseline_caps_the_importance_weight_on_stale_data(name):
+    """Fig. 1's baselines (old = behav or recent) cap pi_theta/pi_old at 100 too (Appendix B, official code)."""
+    module = load(name)
+    logp, logp_old, adv = stale_sample()
+    loss, grad, diag = loss_and_grad(module.policy_loss, logp, logp_old, adv, 0.2, 0.0, 100.0)
+    expected, expected_grad, _ = loss_and_grad(lambda lp, *a: (capped_clipped_loss_by_hand(lp, *a), {}),
+                                               logp, logp_old, adv, 0.2, 100.0)
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-12, atol=1e-12)
+    share = float((logp - logp_old > math.log(100)).double().mean())
+    assert 0.1 < share < 0.9 and float(diag["imp_samp_capfrac"]) == pytest.approx(share)
+    # without the cap, the same batch's gradient is far larger: what made the uncapped baseline unlike the paper's
+    _, grad_uncapped, _ = loss_and_grad(module.policy_loss, logp, logp_old, adv, 0.2, 0.0, 0.0)
+    assert grad_uncapped.abs().max() > 5 * grad.abs().max()
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppo_ewma", "ppg", "ppg_ewma"])
+def test_cap_changes_nothing_on_fresh_data(name):
+    module = load(name)
+    logp, logp_prox, logp_behav, adv = sample(spread=0.3, seed=7)
+    args = (logp_behav, adv, 0.2, 0.3) if name in ("ppo", "ppg") else (logp_behav, logp_prox, adv, 0.2, 0.3)
+    capped = loss_and_grad(module.policy_loss, logp, *args, 100.0)
+    uncapped = loss_and_grad(module.policy_loss, logp, *args, 0.0)
+    assert torch.equal(capped[0], uncapped[0]) and torch.equal(capped[1], uncapped[1])
+    assert capped[2]["imp_samp_capfrac"] == uncapped[2]["imp_samp_capfrac"] == 0
+
+
+def test_decoupled_cap_on_stale_data_by_hand():
+    """The EWMA scripts' cap, on the same stale batch, with prox = behav: the baseline's capped loss exactly."""
+    ewma = load("ppo_ewma")
+    logp, logp_behav, adv = stale_sample()
+    loss, grad, _ = loss_and_grad(ewma.policy_loss, logp, logp_behav, logp_behav, adv, 0.2, 0.0, 100.0)
+    expected, expected_grad, _ = loss_and_grad(lambda lp, *a: (capped_clipped_loss_by_hand(lp, *a), {}),
+                                               logp, logp_behav, adv, 0.2, 100.0)
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-12, atol=1e-12)

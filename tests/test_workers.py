@@ -30,7 +30,9 @@ def test_two_workers_hold_identical_networks_and_ewma_and_count_all_steps(script
     for key in ("agent", "ewma", "optimizer"):
         flat0, flat1 = ([t for t in state_tensors(rank[key])] for rank in (rank0, rank1))
         assert len(flat0) == len(flat1) > 0 and all(torch.equal(a, b) for a, b in zip(flat0, flat1)), key
-    assert not torch.equal(rank0["reward_normalizer"]["var"], rank1["reward_normalizer"]["var"])  # per worker
+    for key in ("mean", "var", "count"):  # reward statistics pooled over both workers' returns
+        assert torch.equal(rank0["reward_normalizer"][key], rank1["reward_normalizer"][key]), key
+    assert not torch.equal(rank0["reward_normalizer"]["ret"], rank1["reward_normalizer"]["ret"])  # own envs
     rows = read_progress(run_dir)
     assert [int(r["global_step"]) for r in rows] == [256, 512]  # 2 workers x 4 envs x 32 steps per iteration
     config = json.load(open(os.path.join(run_dir, "config.json")))
@@ -80,11 +82,59 @@ def test_advantage_statistics_are_those_of_all_workers_data(decay, tmp_path):
         assert results[0][batch] == pytest.approx(expected, rel=1e-6)
 
 
-def test_resume_with_another_number_of_workers_is_refused(tmp_path, monkeypatch, capsys):
+def _reward_worker(rank, port, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    norm = load("ppo").RewardNormalizer(3, "cpu")
+    out = []
+    for rollout in range(2):
+        rewards, firsts = reward_data(rank, rollout)
+        out.append(norm(rewards, firsts))
+    torch.save({"out": out, "var": norm.var, "mean": norm.mean}, os.path.join(result_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def reward_data(rank, rollout):
+    """Worker 1's rewards are 100 times worker 0's: a per-worker std would differ by 100x."""
+    g = torch.Generator().manual_seed(10 * rank + rollout)
+    return torch.randn(8, 3, generator=g) * (1 if rank == 0 else 100), torch.rand(8, 3, generator=g) < 0.2
+
+
+def test_reward_statistics_are_pooled_over_workers(tmp_path):
+    port = 29700 + os.getpid() % 1000
+    mp.spawn(_reward_worker, args=(port, str(tmp_path)), nprocs=2)
+    results = [torch.load(os.path.join(tmp_path, f"rank{r}.pt")) for r in range(2)]
+    assert torch.equal(results[0]["var"], results[1]["var"]) and torch.equal(results[0]["mean"], results[1]["mean"])
+    # by hand: every discounted return of both workers so far, one running-moments estimate, one std for both
+    returns, rets = [], [torch.zeros(3), torch.zeros(3)]
+    for rollout in range(2):
+        for rank in range(2):
+            rewards, firsts = reward_data(rank, rollout)
+            for t in range(8):
+                rets[rank] = rewards[t] + 0.99 * rets[rank] * (~firsts[t])
+                returns.append(rets[rank].double())
+        x = torch.cat(returns)
+        count = 1e-4 + x.numel()
+        var = (1e-4 + ((x - x.mean()) ** 2).sum() + x.mean() ** 2 * 1e-4 * x.numel() / count) / count
+        for rank in range(2):
+            rewards, _ = reward_data(rank, rollout)
+            expected = torch.clamp(rewards / torch.sqrt(var + 1e-8).float(), -10, 10)
+            torch.testing.assert_close(results[rank]["out"][rollout], expected, rtol=1e-5, atol=1e-6)
+    assert float(results[0]["var"]) == pytest.approx(float(var), rel=1e-9)
+
+
+def test_resume_with_another_number_of_workers_is_refused(tmp_path, monkeypatch, bad_argument):
+    """A 1-worker run resumed by 2 workers would drop nothing but double nothing either: refused, with the command
+    that resumes it as it was started."""
     ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "128", "--save-model"))
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path / "runs"), "--total-timesteps", "128", "--save-model"))
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(SystemExit) as exit_info:
-        ppo.parse_args(["--resume", run_dir])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.count("\n") == 1 and "1 workers" in err and "has 2" in err
+    err = bad_argument("ppo", ["--resume", run_dir, "--total-timesteps", "256"], "--resume")
+    assert "has 1 workers, this launch has 2" in err and f"python {os.path.join(ROOT, 'ppo.py')} --resume" in err
+
+
+def test_the_resume_command_of_a_multi_worker_run_is_torchrun(monkeypatch):
+    ppo = load("ppo")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert ppo.resume_command("runs/x", 2) == f"torchrun --nproc-per-node 2 {os.path.join(ROOT, 'ppo.py')} --resume " \
+                                             f"{os.path.abspath('runs/x')}"
