@@ -4,10 +4,8 @@
 
     python ppg.py --env-id starpilot
 
-Sections, in the same order in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py: arguments, many
-workers, environment, network, EWMA proximal network (EWMA scripts), storage and rollout, reward
-normalisation, GAE, advantage normalisation, losses, update, evaluation and videos, long runs,
-auxiliary phase (PPG scripts), logging, main.
+The algorithm first, in the same sections as ppo_ewma.py, ppg.py and ppg_ewma.py; then an appendix of machinery
+(resume, workers, evaluation, checkpoints, logging), identical in all four files.
 """
 import argparse
 import collections
@@ -32,114 +30,54 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+
 # --- Arguments -----------------------------------------------------------------------------------
-PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball",
-                 "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder",
-                 "starpilot")
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        # "-1e-3" and "-inf" are values (then refused with the allowed range), not unknown flags
-        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.I)
-
-    def error(self, message):  # one line on stderr and exit code 2: no usage dump, no traceback
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def number(kind, low=None, high=None, low_open=False, high_open=False, or_zero=False):
-    """argparse type: a finite `kind` in [low, high] (ends optionally open; or exactly 0 with or_zero), else a
-    message naming what is allowed."""
-    allowed = (("0 or " if or_zero else "") + ("(" if low_open else "[") + ("-inf" if low is None else f"{low}") + ", "
-               + ("inf" if high is None else f"{high}") + (")" if high_open or high is None else "]"))
-
-    def parse(text):
-        try:
-            x = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in {allowed}, got {text!r}")
-        if not math.isfinite(x):
-            raise argparse.ArgumentTypeError(f"expected a finite number in {allowed}, got {text}")
-        if or_zero and x == 0:
-            return x
-        if ((low is not None and (x < low or (low_open and x == low)))
-                or (high is not None and (x > high or (high_open and x == high)))):
-            raise argparse.ArgumentTypeError(f"must be in {allowed}, got {text}")
-        return x
-    return parse
-
-
-POSITIVE, NON_NEGATIVE = number(int, 1), number(int, 0)
-MAX_LEVEL = 2 ** 31 - 1  # Procgen's seeds and level numbers are 32-bit signed integers
-MAX_SEED = MAX_LEVEL - 100_000_000  # room for the per-worker and evaluation seed offsets
-ADJUSTMENTS = ("lr", "adv", "n_pi")  # Section 4's batch-size-invariance adjustments that apply to this script
-
-
 def parse_args(argv=None):
     p = ArgumentParser(prog=os.path.basename(__file__), description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # every flag's help shows its default
     a = p.add_argument
     # experiment
     a("--exp-name", default=os.path.basename(__file__)[:-3], help="name used in the run folder")
-    a("--seed", type=number(int, 0, MAX_SEED), default=1, help="seeds python, numpy, torch and Procgen")
+    a("--seed", type=number(int, f"[0, {MAX_SEED}]"), default=1, help="seeds python, numpy, torch and Procgen")
     a("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU if there is one")
     a("--runs-dir", default="runs", help="parent folder of the run folder")
     # environment (Procgen, Cobbe et al. 2019)
     a("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME", help="one of the 16 Procgen games")
     a("--distribution-mode", default="easy", choices=("easy", "hard"), help="the paper used hard")
-    a("--num-levels", type=number(int, 0, MAX_LEVEL), default=0, help="number of training levels (0 = unlimited)")
-    a("--start-level", type=number(int, 0, MAX_LEVEL), default=0, help="first training level")
+    a("--num-levels", type=number(int, f"[0, {MAX_LEVEL}]"), default=0, help="number of training levels (0 = unlimited)")
+    a("--start-level", type=number(int, f"[0, {MAX_LEVEL}]"), default=0, help="first training level")
     a("--total-timesteps", type=POSITIVE, default=25_000_000, help="env steps in the whole run")
     a("--num-envs", type=POSITIVE, default=64, help="parallel environments (N)")
     a("--num-steps", type=POSITIVE, default=256, help="steps per environment per rollout (T)")
     # optimisation (Appendix B, Tables 1 and 3)
     a("--num-minibatches", type=POSITIVE, default=8, help="minibatches per epoch")
-    a("--minibatch-by", default="env", choices=("env", "step"),
-      help="env = whole environments' trajectories, cut in time when minibatches outnumber envs (official code); "
-           "step = single timesteps (CleanRL)")
+    a("--minibatch-by", default="env", choices=("env", "step"), help="whole trajectories (official code) or steps (CleanRL)")
     a("--n-pi", type=POSITIVE, default=32, help="policy iterations per phase (N_pi)")
     a("--e-pi", type=POSITIVE, default=1, help="policy epochs per policy-phase iteration (E_pi)")
     a("--e-v", type=POSITIVE, default=1, help="value epochs per policy-phase iteration (E_V)")
     a("--e-aux", type=POSITIVE, default=6, help="auxiliary phase epochs (E_aux)")
-    a("--beta-clone", type=number(float, 0), default=1.0, help="auxiliary phase cloning coefficient (beta_clone)")
-    a("--learning-rate", type=number(float, 0, low_open=True), default=5e-4, help="Adam step size (alpha)")
-    a("--gamma", type=number(float, 0, 1), default=0.999, help="discount (gamma)")
-    a("--gae-lambda", type=number(float, 0, 1), default=0.95, help="GAE bootstrapping parameter (lambda)")
-    a("--clip-coef", type=number(float, 0, 1, high_open=True), default=0.2, help="PPO clipping parameter (epsilon); 0 turns clipping off")
-    a("--kl-penalty", type=number(float, 0), default=0.0, help="KL penalty coefficient (beta in eq. 8); 0 = off")
-    a("--ent-coef", type=number(float, 0), default=0.01, help="entropy coefficient")
-    a("--vf-coef", type=number(float, 0), default=0.5, help="value function coefficient")
-    a("--max-grad-norm", type=number(float, 0), default=0.0, help="gradient norm clip; 0 = off (official code)")
+    a("--beta-clone", type=number(float, "[0, inf)"), default=1.0, help="auxiliary phase cloning coefficient (beta_clone)")
+    a("--learning-rate", type=number(float, "(0, inf)"), default=5e-4, help="Adam step size (alpha)")
+    a("--gamma", type=number(float, "[0, 1]"), default=0.999, help="discount (gamma)")
+    a("--gae-lambda", type=number(float, "[0, 1]"), default=0.95, help="GAE bootstrapping parameter (lambda)")
+    a("--clip-coef", type=number(float, "[0, 1)"), default=0.2, help="PPO clipping parameter (epsilon); 0 = no clipping")
+    a("--kl-penalty", type=number(float, "[0, inf)"), default=0.0, help="KL penalty coefficient (beta in eq. 8); 0 = off")
+    a("--ent-coef", type=number(float, "[0, inf)"), default=0.01, help="entropy coefficient")
+    a("--vf-coef", type=number(float, "[0, inf)"), default=0.5, help="value function coefficient")
+    a("--max-grad-norm", type=number(float, "[0, inf)"), default=0.0, help="gradient norm clip; 0 = off (official code)")
     a("--norm-reward", action=argparse.BooleanOptionalAction, default=True, help="reward normalisation")
     a("--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="advantage normalisation")
-    a("--adv-ewma-decay", type=number(float, 0, 1, high_open=True), default=0.0,
-      help="EWMA decay of the advantage mean/variance across iterations (Section 4); 0 = this batch only")
+    a("--adv-ewma-decay", type=number(float, "[0, 1)"), default=0.0, help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
     a("--old-policy", default="behav", choices=("behav", "recent"),
       help="the single old policy: behav = the data's collector, recent = the policy before this iteration (Section 5.1)")
-    a("--imp-samp-max", type=number(float, 1, or_zero=True), default=100.0,
+    a("--imp-samp-max", type=number(float, "0 or [1, inf)"), default=100.0,
       help="cap on the importance weight pi_theta/pi_old (App. B); 0 = no cap")
     a("--staleness", type=NON_NEGATIVE, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
-    a("--batch-divisor", type=POSITIVE, default=1,
-      help="divide the batch size by C and apply Section 4's adjustments (needs 1 policy epoch)")
+    a("--batch-divisor", type=POSITIVE, default=1, help="divide the batch size by C with Section 4's adjustments")
     a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS, help="with --batch-divisor: drop one adjustment (repeatable)")
     a("--adam-beta-adjust", action="store_true", help="with --batch-divisor: raise Adam's betas to the power 1/C (Appendix D)")
-    # long runs
-    a("--save-model", action="store_true", help="write checkpoint.pt every --save-interval iterations and at the end")
-    a("--save-interval", type=POSITIVE, default=10, help="iterations between checkpoints")
-    a("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint, in the same folder")
-    # watching and testing the agent
-    a("--capture-video", action="store_true", help="save a GIF of one episode every --video-interval iterations and at the end")
-    a("--video-interval", type=POSITIVE, default=50, help="iterations between videos")
-    a("--eval-episodes", type=NON_NEGATIVE, default=0, help="episodes on held-out levels per evaluation (0 = off)")
-    a("--eval-interval", type=POSITIVE, default=10, help="iterations between evaluations")
-    a("--evaluate", metavar="RUN_DIR", help="evaluate RUN_DIR's saved agent without training (default 10 episodes)")
-    # speed (never changes the maths)
-    a("--micro-batch-size", type=NON_NEGATIVE, default=None,
-      help="split each minibatch into gradient-accumulated micro-batches (same gradient); default 128 on CPU, 0 (off) on GPU")
-    a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (faster, changes numerics: off by default)")
-    a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
+    add_machinery_flags(a)  # long runs, watching and testing the agent, speed (appendix)
     args = p.parse_args(argv)
     if args.resume or args.evaluate:
         return resume_args(p, argv, args)  # the run's own config.json
@@ -148,6 +86,10 @@ def parse_args(argv=None):
     check_args(p, args)  # every other argument that depends on others, before anything is written
     apply_batch_size_invariance(args)
     return args
+
+
+# --- Batch-size invariance (Section 4) -------------------------------------------------------------------
+ADJUSTMENTS = ("lr", "adv", "n_pi")  # Section 4's batch-size-invariance adjustments that apply to this script
 
 
 def apply_batch_size_invariance(args):
@@ -170,174 +112,22 @@ def apply_batch_size_invariance(args):
         args.adam_betas = tuple(b ** (1 / c) for b in args.adam_betas)  # Appendix D
 
 
-def check_args(p, args):
-    """Arguments that depend on each other, and those that would silently do nothing: one line and exit code 2,
-    before anything is written."""
-    c, n, t, m = args.batch_divisor, args.num_envs, args.num_steps, args.num_minibatches
-    if n % c:
-        p.error(f"argument --batch-divisor: must divide --num-envs ({n}), got {c}")
-    n //= c
-    if args.minibatch_by == "step" and (n * t) % m:
-        p.error(f"argument --num-minibatches: must divide the batch of --num-envs x --num-steps = {n * t}, got {m}")
-    if args.minibatch_by == "env" and (n % m if m <= n else m % n or t % (m // n)):
-        p.error(f"argument --num-minibatches: with --minibatch-by env, must divide --num-envs ({n}) or be k x {n} "
-                f"with k dividing --num-steps ({t}), got {m}")
-    if args.start_level + args.num_levels > MAX_LEVEL:
-        p.error(f"argument --start-level: --start-level + --num-levels must be at most {MAX_LEVEL}, got "
-                f"{args.start_level + args.num_levels}")
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*", args.exp_name):
-        p.error(f"argument --exp-name: a plain name (letters, digits and _ . + = -, no folders), got {args.exp_name!r}")
-    folder = os.path.abspath(args.runs_dir)
-    while not os.path.exists(folder):  # the nearest folder that exists must let us create the rest
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
-        p.error(f"argument --runs-dir: {folder!r} is {'not a folder' if not os.path.isdir(folder) else 'not writable'}")
-    iterations = math.ceil(args.total_timesteps / (n * t * int(os.environ.get("WORLD_SIZE", 1))))
-    if args.staleness >= iterations:
-        p.error(f"argument --staleness: must be below the run's {iterations} iterations (nothing would be trained), "
-                f"got {args.staleness}")
-    for flag, needs, on in (("no_adjust", "--batch-divisor > 1", c > 1), ("adam_beta_adjust", "--batch-divisor > 1", c > 1),
-                            ("save_interval", "--save-model", args.save_model),
-                            ("video_interval", "--capture-video", args.capture_video),
-                            ("eval_interval", "--eval-episodes > 0", args.eval_episodes)):
-        if getattr(args, flag) != p.get_default(flag) and not on:
-            p.error(f"argument --{flag.replace('_', '-')}: only used with {needs}")
-
-
-def num_iterations(args, world_size=None):
-    """Iterations in the run; the last one is never dropped, so a run may take a little more than total_timesteps."""
-    world_size = world_size or int(os.environ.get("WORLD_SIZE", 1))
-    return math.ceil(args.total_timesteps / (args.num_envs * args.num_steps * world_size))
-
-
-def resume_args(p, argv, args):
-    """--resume (or --evaluate) RUN_DIR: that run's config.json. Only a larger --total-timesteps (to extend the run),
-    the device, checkpoint, video and evaluation flags may be given again; any other flag that differs from
-    the run's is an error, and so is a run made by another script or with another number of workers."""
-    if args.resume and args.evaluate:
-        p.error("argument --evaluate: not allowed with --resume")
-    flag, run_dir = ("--resume", args.resume) if args.resume else ("--evaluate", args.evaluate)
-    script, path = os.path.basename(__file__), os.path.join(run_dir, "config.json")
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        p.error(f"argument {flag}: cannot read {path}: {e.strerror if isinstance(e, OSError) else e}")
-    defaults = vars(p.parse_args([]))
-    made_by = config.get("script") if isinstance(config, dict) else "something else"
-    missing = sorted(set(defaults) - set(config)) if isinstance(config, dict) else []
-    if made_by != script or missing:
-        p.error(f"argument {flag}: the run in {run_dir!r} was made by " + (
-            f"{made_by}, not {script}" if made_by not in (None, script) else f"another script or version: its "
-            f"config.json has no {', '.join(missing[:3]) or 'script'}"))
-    if not os.path.isfile(os.path.join(run_dir, CHECKPOINT)):
-        p.error(f"argument {flag}: no {CHECKPOINT} in {run_dir!r} (was the run started with --save-model?)")
-    unset = argparse.Namespace(**dict.fromkeys(defaults))  # parse again into all-None: what the command line gave
-    given = {k: v for k, v in vars(p.parse_args(argv, unset)).items() if v is not None}
-    free = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_interval", "eval_episodes", "eval_interval")
-    for key, value in given.items():
-        if key not in free + ("resume", "evaluate", "save_model") and config.get(key) != value:
-            p.error(f"argument --{key.replace('_', '-')}: the run in {run_dir!r} has {config.get(key)!r}, got {value!r}")
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    if args.resume and config.get("world_size", 1) != world_size:
-        p.error(f"argument --resume: the run in {run_dir!r} has {config['world_size']} workers, this launch has "
-                f"{world_size}: resume it with {resume_command(run_dir, config['world_size'])}")
-    if given.get("total_timesteps", config["total_timesteps"]) < config["total_timesteps"]:
-        p.error(f"argument --total-timesteps: the run in {run_dir!r} has {config['total_timesteps']}; a resumed run "
-                f"can only be extended, got {given['total_timesteps']}")
-    config = {k: v for k, v in config.items() if k not in DERIVED_KEYS}
-    config.update({k: given[k] for k in free if k in given})
-    config.update(resume=args.resume, evaluate=args.evaluate, save_model=True, adam_betas=tuple(config["adam_betas"]))
-    args = argparse.Namespace(**config)
-    if args.resume:
-        try:  # the iteration reached, without reading the tensors (mmap)
-            done = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True, mmap=True)["iteration"]
-        except Exception as e:
-            p.error(f"argument --resume: cannot read {os.path.join(run_dir, CHECKPOINT)}: {type(e).__name__}")
-        if done >= num_iterations(args, world_size):
-            p.error(f"argument --resume: the run in {run_dir!r} is finished ({done} of {num_iterations(args, world_size)} "
-                    f"iterations); to extend it, give a --total-timesteps above {args.total_timesteps}")
-    if args.evaluate and "eval_episodes" not in given:
-        args.eval_episodes = 10
-    return args
-
-
-def resume_command(run_dir, world_size):
-    """The command that resumes run_dir from any folder, with the workers it was started with."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    launcher = ("python" if world_size == 1 else f"torchrun --nproc-per-node {local}" if local == world_size
-                else f"torchrun --nnodes {world_size // local} --nproc-per-node {local} (and your rendezvous flags)")
-    return f"{launcher} {shlex.quote(os.path.abspath(__file__))} --resume {shlex.quote(os.path.abspath(run_dir))}"
-
-
-# --- Many workers (torchrun) ---------------------------------------------------------------------------------
-# `torchrun --nproc-per-node W script.py ...` starts W workers, each with its own --num-envs environments, as the
-# paper ran (4 workers x 64 envs). Without torchrun there is one worker, no process group, and these helpers do
-# nothing. Every worker holds the same networks and takes the same optimiser steps on the averaged gradient.
-def setup_workers(args):
-    """Join torchrun's process group; returns (rank, world_size, device). One GPU per local worker when there
-    are enough (NCCL); otherwise workers share GPUs, or the CPU, and talk through gloo."""
-    world_size, local_rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
-    use_cuda = args.cuda and torch.cuda.is_available()
-    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
-    if world_size > 1:
-        if use_cuda:
-            torch.cuda.set_device(device)
-        own_gpu = use_cuda and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        dist.init_process_group("nccl" if own_gpu else "gloo")
-    return int(os.environ.get("RANK", 0)), world_size, device
-
-
-def broadcast_from_rank0(module):
-    """Rank 0's parameters everywhere, so all workers start from the same weights."""
-    if dist.is_initialized():
-        for tensor in module.state_dict().values():
-            dist.broadcast(tensor, 0)
-
-
-def average_gradients(params):
-    """Once per optimiser step, after micro-batch accumulation: every worker's gradient becomes the mean."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if dist.is_initialized() and grads:
-        flat = torch.cat([g.flatten() for g in grads])
-        dist.all_reduce(flat)
-        torch._foreach_copy_(grads, [f.view_as(g) for f, g in zip(flat.div_(dist.get_world_size()).split(
-            [g.numel() for g in grads]), grads)])
-
-
-def all_reduce_sum(tensor):
-    """The sum over workers (advantage statistics, episode counts, stop flags); the tensor itself on one worker."""
-    if dist.is_initialized():
-        dist.all_reduce(tensor)
-    return tensor
-
-
-def share_from_rank0(obj):
-    """A picklable object (the run folder's name) from rank 0 to every worker."""
-    if dist.is_initialized():
-        box = [obj]
-        dist.broadcast_object_list(box, 0)
-        obj = box[0]
-    return obj
-
-
 # --- Environment: Procgen as a gymnasium VectorEnv ------------------------------------------------
+PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
+                 "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
 NUM_ACTIONS = 15  # every Procgen game has the same 15 actions
 
 
 class ProcgenVecEnv(gym.vector.VectorEnv):
-    """Procgen's gym3 vector env behind gymnasium's VectorEnv interface.
-
-    Procgen resets an environment inside the step that ends its episode (the observation returned
-    is the next level's first frame), which gymnasium calls SAME_STEP autoreset. Procgen reports
-    time-outs as episode ends too, so everything is `terminated` (as in the official code).
-    """
+    """Procgen's gym3 vector env behind gymnasium's VectorEnv interface. Procgen resets an environment inside the
+    step that ends its episode (the observation returned is the next level's first frame): gymnasium's SAME_STEP
+    autoreset. Time-outs are episode ends too, so everything is `terminated` (as in the official code)."""
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
-        self.venv = import_procgen().ProcgenGym3Env(num=num_envs, env_name=env_id, distribution_mode=distribution_mode,
-                                           num_levels=num_levels, start_level=start_level, rand_seed=seed,
-                                           num_threads=min(16, len(os.sched_getaffinity(0))))
+        self.venv = import_procgen().ProcgenGym3Env(
+            num=num_envs, env_name=env_id, distribution_mode=distribution_mode, num_levels=num_levels,
+            start_level=start_level, rand_seed=seed, num_threads=min(16, len(os.sched_getaffinity(0))))
         self.num_envs = num_envs
         self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
         self.single_action_space = gym.spaces.Discrete(self.venv.ac_space.eltype.n)
@@ -352,14 +142,6 @@ class ProcgenVecEnv(gym.vector.VectorEnv):
         self.venv.act(np.asarray(actions, dtype=np.int32))
         reward, obs, first = self.venv.observe()
         return obs["rgb"], reward.astype(np.float32), first.copy(), np.zeros_like(first), {}
-
-
-def import_procgen():
-    """Procgen, without the notice about gym's end of maintenance that importing it prints (we use gymnasium)."""
-    with contextlib.redirect_stderr(io.StringIO()) as captured:
-        import procgen
-    sys.stderr.write(re.sub(r"Gym has been unmaintained.*?for additional information\.\n", "", captured.getvalue(), flags=re.S))
-    return procgen
 
 
 def make_env(args, seed):
@@ -446,15 +228,6 @@ class Agent(nn.Module):
         return self.policy.logits(obs)
 
 
-def configure_cnns(nets, bf16, compile):
-    """The speed options, for every IMPALA CNN in `nets`: bf16 autocast, and torch.compile in place
-    (parameter names, hence checkpoints, unchanged)."""
-    for cnn in [m for net in nets for m in net.modules() if isinstance(m, ImpalaCNN)]:
-        cnn.bf16 = bf16
-        if compile:
-            cnn.compile()
-
-
 def log_prob(logits, actions):
     return F.log_softmax(logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
@@ -465,7 +238,7 @@ def chunked_log_prob(net, obs, actions, chunk=256):
     return torch.cat([log_prob(net.logits(o), a) for o, a in zip(obs.split(chunk), actions.split(chunk))])
 
 
-# --- Storage and rollout ------------------------------------------------------------------------------
+# --- Rollout ---------------------------------------------------------------------------------------------
 def new_rollout(num_steps, num_envs, device):
     """One rollout, on the device. `firsts[t]` marks obs t as the first frame of an episode."""
     z = lambda dtype: torch.zeros((num_steps, num_envs), dtype=dtype, device=device)  # noqa: E731
@@ -475,10 +248,12 @@ def new_rollout(num_steps, num_envs, device):
 
 
 @torch.no_grad()
-def collect_rollout(envs, agent, next_obs, next_first, num_steps, device):
-    """Run the behaviour policy (the current network) for num_steps steps in every environment."""
+def collect_rollout(envs, agent, next_obs, next_first, num_steps):
+    """Run the behaviour policy (the current network) for num_steps steps in every environment. The rollout also
+    carries the frame after it (for the bootstrap value), and its finished episodes and timings (for the log)."""
+    start, device = time.perf_counter(), next_obs.device
     rollout = new_rollout(num_steps, envs.num_envs, device)
-    episode_returns, episode_lengths, env_time = [], [], 0.0
+    rollout.update(episode_returns=[], episode_lengths=[], env_time_s=0.0)
     for t in range(num_steps):
         rollout["obs"][t], rollout["firsts"][t] = next_obs, next_first
         logits, value = agent(next_obs)
@@ -488,44 +263,36 @@ def collect_rollout(envs, agent, next_obs, next_first, num_steps, device):
         action = action.cpu().numpy()  # the one host sync per step
         env_start = time.perf_counter()
         obs, reward, terminated, truncated, info = envs.step(action)
-        env_time += time.perf_counter() - env_start
+        rollout["env_time_s"] += time.perf_counter() - env_start
         rollout["rewards"][t] = torch.from_numpy(reward).to(device)
         next_obs = torch.from_numpy(obs).to(device)
         next_first = torch.from_numpy(terminated | truncated).to(device)
         if "episode" in info:  # every episode that finished on this step, not just one
-            done = info["_episode"]
-            episode_returns += info["episode"]["r"][done].tolist()
-            episode_lengths += info["episode"]["l"][done].tolist()
-    rollout["next_obs"], rollout["next_first"] = next_obs, next_first  # for the bootstrap value, at training time
-    return rollout, next_obs, next_first, episode_returns, episode_lengths, env_time
+            rollout["episode_returns"] += info["episode"]["r"][info["_episode"]].tolist()
+            rollout["episode_lengths"] += info["episode"]["l"][info["_episode"]].tolist()
+    rollout["next_obs"], rollout["next_first"] = next_obs, next_first
+    rollout["time_s"] = time.perf_counter() - start
+    return rollout
 
 
 # --- Reward normalisation --------------------------------------------------------------------------------
-class RewardNormalizer:
-    """Divide rewards by the running std of a discounted return, then clip to [-10, 10].
-
-    As the official code (not CleanRL's NormalizeReward with gamma 0.999): the return uses
-    gamma 0.99, and the statistics are updated once per rollout with all its returns, pooled over
-    every worker (each worker keeps its own environments' running returns)."""
-    def __init__(self, num_envs, device, gamma=0.99, clip=10.0, eps=1e-8):
+class RewardNormalizer(nn.Module):
+    """Divide rewards by the running std of a discounted return, then clip to [-10, 10]. As the official code (not
+    CleanRL's NormalizeReward with gamma 0.999): the return uses gamma 0.99, and the statistics are updated once per
+    rollout with all its returns, pooled over every worker (each keeps its own environments' running returns)."""
+    def __init__(self, num_envs, gamma=0.99, clip=10.0, eps=1e-8):
+        super().__init__()
         self.gamma, self.clip, self.eps = gamma, clip, eps
-        self.ret = torch.zeros(num_envs, device=device)  # each env's running discounted return
-        self.mean = torch.zeros((), device=device, dtype=torch.float64)
-        self.var = torch.ones((), device=device, dtype=torch.float64)
-        self.count = torch.full((), 1e-4, device=device, dtype=torch.float64)
+        self.register_buffer("ret", torch.zeros(num_envs))  # each env's running discounted return
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((), dtype=torch.float64))
+        self.register_buffer("count", torch.full((), 1e-4, dtype=torch.float64))
 
-    def state_dict(self):
-        return {"ret": self.ret, "mean": self.mean, "var": self.var, "count": self.count}
-
-    def load_state_dict(self, state):
-        self.ret, self.mean, self.var, self.count = state["ret"], state["mean"], state["var"], state["count"]
-
-    def __call__(self, rewards, firsts):
+    def forward(self, rewards, firsts):
         returns = torch.empty_like(rewards)
         for t in range(rewards.shape[0]):  # an episode's return restarts at its first frame
             self.ret = returns[t] = rewards[t] + self.gamma * self.ret * (~firsts[t])
-        # this rollout's moments over all workers' returns (one all-reduce), merged into the running ones
-        # (Chan et al.'s parallel update)
+        # this rollout's moments over all workers' returns (one all-reduce), merged into the running ones (Chan et al.)
         x = returns.double().flatten()
         n, total_x, total_sq = all_reduce_sum(torch.stack([x.new_tensor(x.numel()), x.sum(), (x * x).sum()]))
         mean_x = total_x / n
@@ -552,20 +319,16 @@ def compute_gae(rewards, values, firsts, next_value, next_first, gamma, gae_lamb
 
 
 # --- Advantage normalisation (Section 4) --------------------------------------------------------------
-class AdvantageMoments:
+class AdvantageMoments(nn.Module):
     """EWMA estimates of the advantage mean and variance across iterations, each batch weighted by
     its size. decay 0 = this batch only; the effective sample size is 2/(1-decay)-1 iterations."""
-    def __init__(self, decay, device):
+    def __init__(self, decay):
+        super().__init__()
         self.decay = decay
-        self.weight, self.sum, self.sumsq = (torch.zeros((), device=device, dtype=torch.float64) for _ in range(3))
+        for name in ("weight", "sum", "sumsq"):
+            self.register_buffer(name, torch.zeros((), dtype=torch.float64))
 
-    def state_dict(self):
-        return {"weight": self.weight, "sum": self.sum, "sumsq": self.sumsq}
-
-    def load_state_dict(self, state):
-        self.weight, self.sum, self.sumsq = state["weight"], state["sum"], state["sumsq"]
-
-    def update(self, advantages):
+    def forward(self, advantages):
         x = advantages.double()  # every worker's advantages count, as in the official code
         count, total, total_sq = all_reduce_sum(torch.stack([x.new_tensor(x.numel()), x.sum(), (x * x).sum()]))
         self.weight = self.decay * self.weight + count
@@ -581,7 +344,7 @@ def make_batch(rollout, agent, adv_moments, args):
         next_value = agent(rollout["next_obs"])[1]
     advantages, returns = compute_gae(rollout["rewards"], rollout["values"], rollout["firsts"],
                                       next_value, rollout["next_first"], args.gamma, args.gae_lambda)
-    adv_mean, adv_std = adv_moments.update(advantages)
+    adv_mean, adv_std = adv_moments(advantages)
     if args.norm_adv:
         advantages = (advantages - adv_mean) / (adv_std + 1e-8)
     batch = {"obs": rollout["obs"].flatten(0, 1), "actions": rollout["actions"].flatten(),
@@ -616,28 +379,12 @@ def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty, imp_samp_max)
 
 
 # --- Update ------------------------------------------------------------------------------------------------
-def minibatches(args, device):
-    """One epoch's minibatches, as indices into the batch flattened from (num_steps, num_envs). --minibatch-by env,
-    as the official code: each minibatch is whole environments' trajectories; with more minibatches than
-    environments, each trajectory is cut into consecutive time chunks (environments shuffled, chunks in time
-    order). --minibatch-by step, as CleanRL: shuffled single timesteps. Either way every step once per epoch."""
-    t, n, m = args.num_steps, args.num_envs, args.num_minibatches
-    if args.minibatch_by == "step":
-        return torch.randperm(t * n, device=device).chunk(m)
-    steps = torch.arange(t * n, device=device).view(t, n)  # steps[i, j]: step i of environment j
-    envs = torch.randperm(n, device=device)
-    if m <= n:
-        return [steps[:, group].flatten() for group in envs.chunk(m)]
-    return [chunk for j in envs.tolist() for chunk in steps[:, j].chunk(m // n)]
-
-
 def update(agent, optimizer, batch, args):
     """One policy-phase iteration: E_pi policy epochs and E_V value epochs of minibatch Adam steps
     (Table 3), the two networks' losses summed where both train. Returns the mean diagnostics."""
     batch_size = batch["actions"].numel()
-    minibatch_size = batch_size // args.num_minibatches
-    micro = args.micro_batch_size or minibatch_size
-    sums = collections.defaultdict(float)
+    micro = args.micro_batch_size or batch_size // args.num_minibatches
+    sums = collections.defaultdict(float, adv_mean=batch["adv_mean"], adv_std=batch["adv_std"])  # Section 6.2
     for epoch in range(max(args.e_pi, args.e_v)):
         train_pi, train_v = epoch < args.e_pi, epoch < args.e_v
         for mb in minibatches(args, batch["actions"].device):
@@ -668,6 +415,330 @@ def update(agent, optimizer, batch, args):
     return {k: float(v) for k, v in sums.items()}
 
 
+def minibatches(args, device):
+    """One epoch's minibatches, as indices into the batch flattened from (num_steps, num_envs). --minibatch-by env,
+    as the official code: each minibatch is whole environments' trajectories; with more minibatches than
+    environments, each trajectory is cut into consecutive time chunks (environments shuffled, chunks in time
+    order). --minibatch-by step, as CleanRL: shuffled single timesteps. Either way every step once per epoch."""
+    t, n, m = args.num_steps, args.num_envs, args.num_minibatches
+    if args.minibatch_by == "step":
+        return torch.randperm(t * n, device=device).chunk(m)
+    steps = torch.arange(t * n, device=device).view(t, n)  # steps[i, j]: step i of environment j
+    envs = torch.randperm(n, device=device)
+    if m <= n:
+        return [steps[:, group].flatten() for group in envs.chunk(m)]
+    return [chunk for j in envs.tolist() for chunk in steps[:, j].chunk(m // n)]
+
+
+# --- Auxiliary phase (PPG: Cobbe et al. 2020) -----------------------------------------------------------------
+class AuxBuffer:
+    """Every trajectory of one policy phase: N_pi iterations x num_envs trajectories of num_steps frames.
+    Observations stay uint8 (at the defaults 32 x 64 x 256 frames: 6.4 GB, 25.8 GB as float32)."""
+    def __init__(self, n_pi, num_envs, num_steps, device):
+        self.obs = torch.zeros((n_pi * num_envs, num_steps, 64, 64, 3), dtype=torch.uint8, device=device)
+        self.returns = torch.zeros((n_pi * num_envs, num_steps), device=device)
+        self.size = 0  # trajectories stored so far in this phase
+
+    def add(self, batch, num_steps):
+        obs = batch["obs"].view(num_steps, -1, 64, 64, 3).transpose(0, 1)  # (T, N, ...) -> (N, T, ...)
+        n = obs.shape[0]
+        self.obs[self.size:self.size + n] = obs
+        self.returns[self.size:self.size + n] = batch["returns"].view(num_steps, n).T
+        self.size += n
+
+    def state_dict(self):  # only the filled part: the trajectories of the phase so far
+        return {"obs": self.obs[:self.size], "returns": self.returns[:self.size]}
+
+    def load_state_dict(self, state):
+        self.size = len(state["obs"])
+        self.obs[:self.size], self.returns[:self.size] = state["obs"], state["returns"]
+
+
+def aux_phase(agent, aux_optimizer, aux_buffer, args, log=print):
+    """E_aux epochs over the phase's data, minibatches of whole trajectories, minimising
+    0.5 MSE(aux value) + beta_clone KL[pi_old || pi] + 0.5 MSE(value), with pi_old the policy at the end
+    of the policy phase. The value targets are the returns computed in the policy phase."""
+    n, device, start = aux_buffer.size, aux_buffer.obs.device, time.time()
+    obs, returns = aux_buffer.obs[:n], aux_buffer.returns[:n]
+    with torch.no_grad():  # pi_old, fixed for the whole phase: chunked no-grad forwards over the buffer
+        logp_old = torch.cat([F.log_softmax(agent.logits(o), -1) for o in obs.flatten(0, 1).split(256)])
+        logp_old = logp_old.view(n, args.num_steps, -1)
+    sums, num_steps = collections.defaultdict(float), args.e_aux * math.ceil(n / args.aux_minibatch_trajs)
+    for epoch in range(args.e_aux):
+        for mb in torch.randperm(n, device=device).split(args.aux_minibatch_trajs):
+            mb_obs, mb_returns, mb_logp_old = obs[mb].flatten(0, 1), returns[mb].flatten(), logp_old[mb].flatten(0, 1)
+            micro = args.micro_batch_size or len(mb_obs)
+            aux_optimizer.zero_grad(set_to_none=True)
+            for idx in torch.arange(len(mb_obs), device=device).split(micro):
+                logits, aux_value = agent.policy(mb_obs[idx])
+                value = agent.value(mb_obs[idx]).squeeze(-1)
+                logp = F.log_softmax(logits, dim=-1)
+                kl = (mb_logp_old[idx].exp() * (mb_logp_old[idx] - logp)).sum(-1).mean()  # exact categorical KL
+                aux_value_loss = 0.5 * (aux_value - mb_returns[idx]).pow(2).mean()
+                true_value_loss = 0.5 * (value - mb_returns[idx]).pow(2).mean()
+                loss = aux_value_loss + args.beta_clone * kl + true_value_loss
+                (loss * (len(idx) / len(mb_obs))).backward()
+                w = len(idx) / (len(mb_obs) * num_steps)
+                for k, v in {"aux_kl": kl, "aux_value_loss": aux_value_loss, "aux_true_value_loss": true_value_loss}.items():
+                    sums[k] = sums[k] + v.detach() * w
+            average_gradients(agent.parameters())
+            aux_optimizer.step()
+        log(f"  aux epoch {epoch + 1}/{args.e_aux} over {n} trajectories: {time.time() - start:.0f} s", flush=True)
+    return {k: float(v) for k, v in sums.items()} | {"aux_time_s": round(time.time() - start, 3)}
+
+
+# --- Main ---------------------------------------------------------------------------------------------------
+def main(argv=None):
+    args = parse_args(argv)
+    run = Run(args)  # the appendix's machinery: workers, device, seeds, run folder, console, checkpoints, signals
+    if args.evaluate:
+        return evaluate_saved_agent(args, run.device)
+    agent = Agent(NUM_ACTIONS).to(run.device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=1e-8)
+    reward_normalizer = RewardNormalizer(args.num_envs).to(run.device)  # statistics pooled over workers (official)
+    adv_moments = AdvantageMoments(args.adv_ewma_decay).to(run.device)
+    stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
+    aux_optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate, eps=1e-8)  # its own Adam
+    aux_buffer = AuxBuffer(args.n_pi, args.num_envs, args.num_steps, run.device)
+    learner = dict(agent=agent, optimizer=optimizer, reward_normalizer=reward_normalizer, adv_moments=adv_moments,
+                   aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)  # and the phase position: the iteration
+    envs = run.start(learner, stale_rollouts)  # resumes a run; one line saying what runs
+    next_obs = torch.from_numpy(envs.reset()[0]).to(run.device)
+    next_first = torch.ones(args.num_envs, dtype=torch.bool, device=run.device)
+    for iteration in run.iterations():
+        rollout = collect_rollout(envs, agent, next_obs, next_first, args.num_steps)
+        next_obs, next_first = rollout["next_obs"], rollout["next_first"]
+        if args.norm_reward:
+            rollout["rewards"] = reward_normalizer(rollout["rewards"], rollout["firsts"])
+        stale_rollouts.append(rollout)  # artificial staleness (Section 5.1): train on the rollout of K iterations ago
+        stats = {}
+        if len(stale_rollouts) > args.staleness:
+            batch = make_batch(stale_rollouts.popleft(), agent, adv_moments, args)
+            stats = update(agent, optimizer, batch, args)
+            aux_buffer.add(batch, args.num_steps)
+        if iteration % args.n_pi == 0 and aux_buffer.size > 0:  # the policy phase ends: auxiliary phase
+            stats.update(aux_phase(agent, aux_optimizer, aux_buffer, args, run.print))
+            aux_buffer.size = 0
+        if not run.log(iteration, rollout, stats):  # progress.csv, console, evaluation, videos, checkpoint
+            break
+    return run.finish(envs)
+
+
+# ===================================================================================================================
+# APPENDIX: the machinery. The algorithm is complete above; a first-time reader may stop here.
+# The same, to the character, in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py: argument checks, resume, many workers,
+# speed options, evaluation and videos, checkpoints and signals, and the Run that owns the folder and the console.
+# ===================================================================================================================
+
+# --- Argument checks and resume ------------------------------------------------------------------------------
+class ArgumentParser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # "-1e-3" and "-inf" are values (then refused with the allowed range), not unknown flags
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.I)
+
+    def error(self, message):  # one line on stderr and exit code 2: no usage dump, no traceback
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def number(kind, allowed):
+    """argparse type: a finite `kind` in `allowed`, an interval written as in maths ("[0, 1)", "(0, inf)"),
+    optionally "0 or [1, inf)"; anything else is refused with a message naming it."""
+    zero, left, low, high, right = re.fullmatch(r"(0 or )?([\[(])(\S+), (\S+)([\])])", allowed).groups()
+
+    def parse(text):
+        try:
+            x = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in {allowed}, got {text!r}")
+        inside = (x > float(low) if left == "(" else x >= float(low)) and (x < float(high) if right == ")" else x <= float(high))
+        if not math.isfinite(x) or not (inside or (zero and x == 0)):
+            raise argparse.ArgumentTypeError(f"must be in {allowed}, got {text}")
+        return x
+    return parse
+
+
+POSITIVE, NON_NEGATIVE = number(int, "[1, inf)"), number(int, "[0, inf)")
+
+
+def add_machinery_flags(a):
+    a("--save-model", action="store_true", help="write checkpoint.pt every --save-interval iterations and at the end")
+    a("--save-interval", type=POSITIVE, default=10, help="iterations between checkpoints")
+    a("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint, in the same folder")
+    a("--capture-video", action="store_true", help="save a GIF of one episode every --video-interval iterations and at the end")
+    a("--video-interval", type=POSITIVE, default=50, help="iterations between videos")
+    a("--eval-episodes", type=NON_NEGATIVE, default=0, help="episodes on held-out levels per evaluation (0 = off)")
+    a("--eval-interval", type=POSITIVE, default=10, help="iterations between evaluations")
+    a("--evaluate", metavar="RUN_DIR", help="evaluate RUN_DIR's saved agent without training (default 10 episodes)")
+    a("--micro-batch-size", type=NON_NEGATIVE, default=None,
+      help="split each minibatch into gradient-accumulated micro-batches (same gradient); default 128 on CPU, 0 (off) on GPU")
+    a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (faster, changes numerics: off by default)")
+    a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
+MAX_LEVEL = 2 ** 31 - 1  # Procgen's seeds and level numbers are 32-bit signed integers
+MAX_SEED = MAX_LEVEL - 100_000_000  # room for the per-worker and evaluation seed offsets
+
+
+def check_args(p, args):
+    """Arguments that depend on each other, and those that would silently do nothing: one line and exit code 2,
+    before anything is written."""
+    c, n, t, m = args.batch_divisor, args.num_envs, args.num_steps, args.num_minibatches
+    if n % c:
+        p.error(f"argument --batch-divisor: must divide --num-envs ({n}), got {c}")
+    n //= c
+    if args.minibatch_by == "step" and (n * t) % m:
+        p.error(f"argument --num-minibatches: must divide the batch of --num-envs x --num-steps = {n * t}, got {m}")
+    if args.minibatch_by == "env" and (n % m if m <= n else m % n or t % (m // n)):
+        p.error(f"argument --num-minibatches: with --minibatch-by env, must divide --num-envs ({n}) or be k x {n} "
+                f"with k dividing --num-steps ({t}), got {m}")
+    if args.start_level + args.num_levels > MAX_LEVEL:
+        p.error(f"argument --start-level: --start-level + --num-levels must be at most {MAX_LEVEL}, got "
+                f"{args.start_level + args.num_levels}")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*", args.exp_name):
+        p.error(f"argument --exp-name: a plain name (letters, digits and _ . + = -, no folders), got {args.exp_name!r}")
+    folder = os.path.abspath(args.runs_dir)
+    while not os.path.exists(folder):  # the nearest folder that exists must let us create the rest
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        p.error(f"argument --runs-dir: {folder!r} is {'not a folder' if not os.path.isdir(folder) else 'not writable'}")
+    iterations = math.ceil(args.total_timesteps / (n * t * int(os.environ.get("WORLD_SIZE", 1))))
+    if args.staleness >= iterations:
+        p.error(f"argument --staleness: must be below the run's {iterations} iterations (nothing would be trained), "
+                f"got {args.staleness}")
+    for flag, needs, on in (("no_adjust", "--batch-divisor > 1", c > 1), ("adam_beta_adjust", "--batch-divisor > 1", c > 1),
+                            ("save_interval", "--save-model", args.save_model),
+                            ("video_interval", "--capture-video", args.capture_video),
+                            ("eval_interval", "--eval-episodes > 0", args.eval_episodes)):
+        if getattr(args, flag) != p.get_default(flag) and not on:
+            p.error(f"argument --{flag.replace('_', '-')}: only used with {needs}")
+
+
+def num_iterations(args, world_size):
+    """Iterations in the run; the last one is never dropped, so a run may take a little more than total_timesteps."""
+    return math.ceil(args.total_timesteps / (args.num_envs * args.num_steps * world_size))
+
+
+def resume_args(p, argv, args):
+    """--resume (or --evaluate) RUN_DIR: that run's config.json. Only a larger --total-timesteps (to extend the run),
+    the device, checkpoint, video and evaluation flags may be given again; any other flag that differs from
+    the run's is an error, and so is a run made by another script or with another number of workers."""
+    if args.resume and args.evaluate:
+        p.error("argument --evaluate: not allowed with --resume")
+    flag, run_dir = ("--resume", args.resume) if args.resume else ("--evaluate", args.evaluate)
+    script, path = os.path.basename(__file__), os.path.join(run_dir, "config.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        p.error(f"argument {flag}: cannot read {path}: {e.strerror if isinstance(e, OSError) else e}")
+    defaults = vars(p.parse_args([]))
+    made_by = config.get("script") if isinstance(config, dict) else "something else"
+    missing = sorted(set(defaults) - set(config)) if isinstance(config, dict) else []
+    if made_by != script or missing:
+        p.error(f"argument {flag}: the run in {run_dir!r} was made by " + (
+            f"{made_by}, not {script}" if made_by not in (None, script) else f"another script or version: its "
+            f"config.json has no {', '.join(missing[:3]) or 'script'}"))
+    if not os.path.isfile(os.path.join(run_dir, CHECKPOINT)):
+        p.error(f"argument {flag}: no {CHECKPOINT} in {run_dir!r} (was the run started with --save-model?)")
+    unset = argparse.Namespace(**dict.fromkeys(defaults))  # parse again into all-None: what the command line gave
+    given = {k: v for k, v in vars(p.parse_args(argv, unset)).items() if v is not None}
+    free = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_interval", "eval_episodes", "eval_interval")
+    for key, value in given.items():
+        if key not in free + ("resume", "evaluate", "save_model") and config.get(key) != value:
+            p.error(f"argument --{key.replace('_', '-')}: the run in {run_dir!r} has {config.get(key)!r}, got {value!r}")
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    if args.resume and config.get("world_size", 1) != world_size:
+        p.error(f"argument --resume: the run in {run_dir!r} has {config['world_size']} workers, this launch has "
+                f"{world_size}: resume it with {resume_command(run_dir, config['world_size'])}")
+    if given.get("total_timesteps", config["total_timesteps"]) < config["total_timesteps"]:
+        p.error(f"argument --total-timesteps: the run in {run_dir!r} has {config['total_timesteps']}; a resumed run "
+                f"can only be extended, got {given['total_timesteps']}")
+    config = {k: v for k, v in config.items() if k not in DERIVED_KEYS}
+    config.update({k: given[k] for k in free if k in given})
+    config.update(resume=args.resume, evaluate=args.evaluate, save_model=True, adam_betas=tuple(config["adam_betas"]))
+    args = argparse.Namespace(**config)
+    if args.resume:
+        try:  # the iteration reached, without reading the tensors (mmap)
+            done = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True, mmap=True)["iteration"]
+        except Exception as e:
+            p.error(f"argument --resume: cannot read {os.path.join(run_dir, CHECKPOINT)}: {type(e).__name__}")
+        if done >= num_iterations(args, world_size):
+            p.error(f"argument --resume: the run in {run_dir!r} is finished ({done} of {num_iterations(args, world_size)} "
+                    f"iterations); to extend it, give a --total-timesteps above {args.total_timesteps}")
+    if args.evaluate and "eval_episodes" not in given:
+        args.eval_episodes = 10
+    return args
+
+
+def resume_command(run_dir, world_size):
+    """The command that resumes run_dir from any folder, with the workers it was started with."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    launcher = ("python" if world_size == 1 else f"torchrun --nproc-per-node {local}" if local == world_size
+                else f"torchrun --nnodes {world_size // local} --nproc-per-node {local} (and your rendezvous flags)")
+    return f"{launcher} {shlex.quote(os.path.abspath(__file__))} --resume {shlex.quote(os.path.abspath(run_dir))}"
+
+
+# --- Many workers (torchrun) ---------------------------------------------------------------------------------
+# `torchrun --nproc-per-node W script.py ...` starts W workers, each with its own --num-envs environments, as the
+# paper ran (4 workers x 64 envs). Without torchrun there is one worker, no process group, and these helpers do
+# nothing. Every worker holds the same networks and takes the same optimiser steps on the averaged gradient.
+def setup_workers(args):
+    """Join torchrun's process group; returns (rank, world_size, device). One GPU per local worker when there
+    are enough (NCCL); otherwise workers share GPUs, or the CPU, and talk through gloo."""
+    world_size, local_rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = args.cuda and torch.cuda.is_available()
+    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
+    if world_size > 1:
+        if use_cuda:
+            torch.cuda.set_device(device)
+        own_gpu = use_cuda and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        dist.init_process_group("nccl" if own_gpu else "gloo")
+    return int(os.environ.get("RANK", 0)), world_size, device
+
+
+def broadcast_from_rank0(module):
+    """Rank 0's parameters and buffers everywhere, so all workers start from the same weights."""
+    if dist.is_initialized():
+        for tensor in module.state_dict().values():
+            if isinstance(tensor, torch.Tensor):  # not the EWMA's extra state
+                dist.broadcast(tensor, 0)
+
+
+def average_gradients(params):
+    """Once per optimiser step, after micro-batch accumulation: every worker's gradient becomes the mean."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if dist.is_initialized() and grads:
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat)
+        torch._foreach_copy_(grads, [f.view_as(g) for f, g in zip(flat.div_(dist.get_world_size()).split(
+            [g.numel() for g in grads]), grads)])
+
+
+def all_reduce_sum(tensor):
+    """The sum over workers (advantage and reward statistics, episode counts, stop flags); the tensor on one worker."""
+    if dist.is_initialized():
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def share_from_rank0(obj):
+    """A picklable object (the run folder's name) from rank 0 to every worker."""
+    if dist.is_initialized():
+        box = [obj]
+        dist.broadcast_object_list(box, 0)
+        obj = box[0]
+    return obj
+
+
+# --- Speed options (never change the maths, apart from --bf16's rounding) -------------------------------------
+def configure_cnns(nets, bf16, compile):
+    """For every IMPALA CNN in `nets`: bf16 autocast, and torch.compile in place (parameter names, hence
+    checkpoints, unchanged)."""
+    for cnn in [m for net in nets for m in net.modules() if isinstance(m, ImpalaCNN)]:
+        cnn.bf16 = bf16
+        if compile:
+            cnn.compile()
+
+
 # --- Evaluation and videos -----------------------------------------------------------------------------------
 def held_out_levels(args):
     """(start_level, num_levels) for evaluation: the levels right after the training range when --num-levels
@@ -676,45 +747,46 @@ def held_out_levels(args):
 
 
 @torch.no_grad()
-def evaluate(args, agent, device, episodes, seed):
-    """Returns and lengths of `episodes` episodes of the current policy on held-out levels. Its own
-    environments and random generator: training's environments and RNG streams are untouched."""
+def play(args, agent, num_envs, seed):
+    """The current policy on held-out levels, in its own environments with its own random generator (training's
+    are untouched): yields (frames, episode ends, info) after the reset and after every step."""
     start_level, num_levels = held_out_levels(args)
+    device = next(agent.parameters()).device
     envs = gym.wrappers.vector.RecordEpisodeStatistics(ProcgenVecEnv(
-        args.env_id, episodes, args.distribution_mode, num_levels, start_level, seed))
+        args.env_id, num_envs, args.distribution_mode, num_levels, start_level, seed))
     generator = torch.Generator(device).manual_seed(seed)
     obs, _ = envs.reset()
-    # one environment per episode, each counted once: taking the first episodes to finish would favour short ones
+    try:
+        yield obs, np.zeros(num_envs, dtype=bool), {}
+        while True:
+            logits = agent.logits(torch.from_numpy(obs).to(device))
+            action = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+            obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
+            yield obs, terminated | truncated, info
+    finally:
+        envs.close()
+
+
+def evaluate(args, agent, episodes, seed):
+    """Returns and lengths of `episodes` episodes on held-out levels, one environment per episode: taking the
+    first episodes to finish would favour short ones."""
     returns, lengths = np.full(episodes, np.nan), np.zeros(episodes, dtype=int)
-    while np.isnan(returns).any():
-        logits = agent.logits(torch.from_numpy(obs).to(device))
-        action = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
-        obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
-        first_end = (terminated | truncated) & np.isnan(returns)
+    for _, ended, info in play(args, agent, episodes, seed):
+        first_end = ended & np.isnan(returns)
         if first_end.any():
             returns[first_end], lengths[first_end] = info["episode"]["r"][first_end], info["episode"]["l"][first_end]
-    envs.close()
-    return returns.tolist(), lengths.tolist()
+        if not np.isnan(returns).any():
+            return returns.tolist(), lengths.tolist()
 
 
-@torch.no_grad()
-def record_video(args, agent, device, path, seed, max_frames=1000, scale=2):
-    """An animated GIF of one episode of the current policy on a held-out level (its 64x64 frames upscaled):
-    a few MB at most. Its own environment and random generator: training is untouched."""
+def record_video(args, agent, path, seed, max_frames=1000, scale=2):
+    """An animated GIF of one episode on a held-out level (its 64x64 frames upscaled): a few MB at most."""
     from PIL import Image  # comes with matplotlib
-    start_level, num_levels = held_out_levels(args)
-    env = ProcgenVecEnv(args.env_id, 1, args.distribution_mode, num_levels, start_level, seed)
-    generator = torch.Generator(device).manual_seed(seed)
-    obs, _ = env.reset()
-    frames = [obs[0]]
-    while len(frames) < max_frames:
-        logits = agent.logits(torch.from_numpy(obs).to(device))
-        action = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
-        obs, _, terminated, _, _ = env.step(action.cpu().numpy())
-        if terminated[0]:  # obs is already the next level's first frame
+    frames = []
+    for obs, ended, _ in play(args, agent, 1, seed):
+        if ended[0] or len(frames) == max_frames:  # after an end, obs is already the next level's first frame
             break
         frames.append(obs[0])
-    env.close()
     images = [Image.fromarray(f).resize((64 * scale, 64 * scale), Image.NEAREST) for f in frames]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     images[0].save(path, save_all=True, append_images=images[1:], duration=40, loop=0)
@@ -726,17 +798,17 @@ def evaluate_saved_agent(args, device):
     agent = Agent(NUM_ACTIONS).to(device)
     state = read_checkpoint(args.evaluate, device)
     agent.load_state_dict(state["agent"])
-    returns, lengths = evaluate(args, agent, device, args.eval_episodes, seed=args.seed + 10_000)
+    returns, lengths = evaluate(args, agent, args.eval_episodes, seed=args.seed + 10_000)
     stderr = np.std(returns, ddof=1) / math.sqrt(len(returns)) if len(returns) > 1 else float("nan")
     print(f"{args.env_id}, iteration {state['iteration']}: mean return {np.mean(returns):.2f} +- {stderr:.2f} "
           f"(standard error) over {len(returns)} held-out episodes, mean length {np.mean(lengths):.0f}")
     if args.capture_video:
         path = os.path.join(args.evaluate, "videos", f"evaluate_iter_{state['iteration']:06d}.gif")
-        print(f"video: {path} ({record_video(args, agent, device, path, seed=args.seed + 20_000)} frames)")
+        print(f"video: {path} ({record_video(args, agent, path, seed=args.seed + 20_000)} frames)")
     return returns
 
 
-# --- Long runs: checkpoints, resume, signals, non-finite values ---------------------------------------------
+# --- Checkpoints, signals, non-finite values -------------------------------------------------------------------
 CHECKPOINT = "checkpoint.pt"
 DERIVED_KEYS = ("batch_size", "minibatch_size", "num_iterations", "device", "versions", "world_size", "global_batch_size",
                 "script")
@@ -802,6 +874,14 @@ class StopSignal:
             signal.signal(s, handler)
 
 
+def check_finite(iteration, row, agent):
+    """Stop on a non-finite loss or parameter, naming it, before a broken state can be checkpointed."""
+    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+    if not bad and not torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all():
+        bad = [f"parameter {n}" for n, p in agent.named_parameters() if not torch.isfinite(p).all()][:1]
+    return f"iteration {iteration}: non-finite {bad[0]}" if bad else None
+
+
 def warn_if_diverging(iteration, row, limit=1e10):
     """Losses that explode without going non-finite (e.g. a value loss of 1e28 at learning rate 0.1): say so, once."""
     big = [k for k, v in row.items() if k.endswith("loss") and isinstance(v, float) and abs(v) > limit]
@@ -811,246 +891,178 @@ def warn_if_diverging(iteration, row, limit=1e10):
     return bool(big)
 
 
-def check_finite(iteration, row, agent):
-    """Stop on a non-finite loss or parameter, naming it, before a broken state can be checkpointed."""
-    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
-    if not bad and not torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all():
-        bad = [f"parameter {n}" for n, p in agent.named_parameters() if not torch.isfinite(p).all()][:1]
-    return f"iteration {iteration}: non-finite {bad[0]}" if bad else None
+# --- The run: its folder, progress.csv, console, intervals and stopping ---------------------------------------
+def import_procgen():
+    """Procgen, without the notice about gym's end of maintenance that importing it prints (we use gymnasium)."""
+    with contextlib.redirect_stderr(io.StringIO()) as captured:
+        import procgen
+    sys.stderr.write(re.sub(r"Gym has been unmaintained.*?for additional information\.\n", "", captured.getvalue(), flags=re.S))
+    return procgen
 
 
-# --- Auxiliary phase (PPG: Cobbe et al. 2020) -----------------------------------------------------------------
-class AuxBuffer:
-    """Every trajectory of one policy phase: N_pi iterations x num_envs trajectories of num_steps frames.
-    Observations stay uint8 (at the defaults 32 x 64 x 256 frames: 6.4 GB, 25.8 GB as float32)."""
-    def __init__(self, n_pi, num_envs, num_steps, device):
-        self.obs = torch.zeros((n_pi * num_envs, num_steps, 64, 64, 3), dtype=torch.uint8, device=device)
-        self.returns = torch.zeros((n_pi * num_envs, num_steps), device=device)
-        self.size = 0  # trajectories stored so far in this phase
-
-    def add(self, batch, num_steps):
-        obs = batch["obs"].view(num_steps, -1, 64, 64, 3).transpose(0, 1)  # (T, N, ...) -> (N, T, ...)
-        n = obs.shape[0]
-        self.obs[self.size:self.size + n] = obs
-        self.returns[self.size:self.size + n] = batch["returns"].view(num_steps, n).T
-        self.size += n
-
-    def state_dict(self):  # only the filled part: the trajectories of the phase so far
-        return {"obs": self.obs[:self.size], "returns": self.returns[:self.size]}
-
-    def load_state_dict(self, state):
-        self.size = len(state["obs"])
-        self.obs[:self.size], self.returns[:self.size] = state["obs"], state["returns"]
-
-
-def aux_phase(agent, aux_optimizer, aux_buffer, args, log=print):
-    """E_aux epochs over the phase's data, minibatches of whole trajectories, minimising
-    0.5 MSE(aux value) + beta_clone KL[pi_old || pi] + 0.5 MSE(value), with pi_old the policy at the end
-    of the policy phase. The value targets are the returns computed in the policy phase."""
-    n, device = aux_buffer.size, aux_buffer.obs.device
-    obs, returns = aux_buffer.obs[:n], aux_buffer.returns[:n]
-    with torch.no_grad():  # pi_old, fixed for the whole phase: chunked no-grad forwards over the buffer
-        logp_old = torch.cat([F.log_softmax(agent.logits(o), -1) for o in obs.flatten(0, 1).split(256)])
-        logp_old = logp_old.view(n, args.num_steps, -1)
-    sums, num_steps = collections.defaultdict(float), args.e_aux * math.ceil(n / args.aux_minibatch_trajs)
-    start = time.time()
-    for epoch in range(args.e_aux):
-        for mb in torch.randperm(n, device=device).split(args.aux_minibatch_trajs):
-            mb_obs, mb_returns, mb_logp_old = obs[mb].flatten(0, 1), returns[mb].flatten(), logp_old[mb].flatten(0, 1)
-            micro = args.micro_batch_size or len(mb_obs)
-            aux_optimizer.zero_grad(set_to_none=True)
-            for idx in torch.arange(len(mb_obs), device=device).split(micro):
-                logits, aux_value = agent.policy(mb_obs[idx])
-                value = agent.value(mb_obs[idx]).squeeze(-1)
-                logp = F.log_softmax(logits, dim=-1)
-                kl = (mb_logp_old[idx].exp() * (mb_logp_old[idx] - logp)).sum(-1).mean()  # exact categorical KL
-                aux_value_loss = 0.5 * (aux_value - mb_returns[idx]).pow(2).mean()
-                true_value_loss = 0.5 * (value - mb_returns[idx]).pow(2).mean()
-                loss = aux_value_loss + args.beta_clone * kl + true_value_loss
-                (loss * (len(idx) / len(mb_obs))).backward()
-                w = len(idx) / (len(mb_obs) * num_steps)
-                for k, v in {"aux_kl": kl, "aux_value_loss": aux_value_loss, "aux_true_value_loss": true_value_loss}.items():
-                    sums[k] = sums[k] + v.detach() * w
-            average_gradients(agent.parameters())
-            aux_optimizer.step()
-        log(f"  aux epoch {epoch + 1}/{args.e_aux} over {n} trajectories: {time.time() - start:.0f} s", flush=True)
-    return {k: float(v) for k, v in sums.items()}
-
-
-# --- Logging ------------------------------------------------------------------------------------------------
 COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length", "policy_loss",
            "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac",
            "env_time_s", "rollout_time_s", "update_time_s", "eval_return", "eval_length",
-           "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]
+           "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # of progress.csv; aux_*: PPG only
 
 
-def create_run_dir(args):
-    run_dir = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-    os.makedirs(run_dir, exist_ok=False)
-    return run_dir
+class Run:
+    """Everything around the training loop of main(): the workers and the device, seeds and threads, the run folder
+    (config.json, progress.csv, videos, checkpoints), the console, evaluation and checkpoint intervals, signals,
+    non-finite values, and the exit message. Only rank 0 prints and writes, apart from each worker's checkpoint."""
+    def __init__(self, args):
+        self.args = args
+        self.rank, self.world_size, self.device = setup_workers(args)
+        self.is_main = self.rank == 0
+        self.print = print if self.is_main else (lambda *a, **k: None)
+        if args.micro_batch_size is None:  # on a CPU the network is ~99% of the time: micro-batches of 128 ran 1.57x faster
+            args.micro_batch_size = 128 if self.device.type == "cpu" else 0
+        # every core this process may use, shared with the other workers on this machine
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+        random.seed(args.seed + self.rank)
+        np.random.seed(args.seed + self.rank)
+        torch.manual_seed(args.seed + self.rank)
+        self.global_batch_size = args.num_envs * args.num_steps * self.world_size  # env steps per iteration
+        self.num_iterations = num_iterations(args, self.world_size)
+        self.start_iteration, self.problem, self.warned, self.last_saved = 0, None, False, None
 
+    def start(self, learner, stale_rollouts):
+        """Rank 0's weights everywhere, the speed options, a resumed run's checkpoint, the environments (each worker
+        its own levels; a resumed run new ones), then the run folder, config.json, progress.csv and the first line."""
+        args, elapsed = self.args, 0.0
+        self.learner, self.stale_rollouts = learner, stale_rollouts
+        modules = [m for m in learner.values() if isinstance(m, nn.Module)]
+        for module in modules:
+            broadcast_from_rank0(module)
+        configure_cnns(modules, args.bf16, args.compile)
+        if args.resume:  # Procgen cannot restore its state: the resumed run starts fresh episodes, nothing else differs
+            checkpoint = load_checkpoint(args.resume, self.rank, learner, self.device)
+            self.start_iteration = self.last_saved = checkpoint["iteration"]
+            elapsed = checkpoint["time_s"]
+            stale_rollouts.extend(checkpoint["stale_rollouts"])
+        envs = make_env(args, seed=args.seed + 100_000 * self.rank + self.start_iteration)
+        self.dir = args.resume or share_from_rank0(self.create_dir() if self.is_main else None)
+        if self.is_main:
+            self.write_config()
+            self.csv_file, self.progress = self.open_progress()
+        knobs = ", ".join(f"{k} {getattr(args, k):.4g}" if isinstance(getattr(args, k), float) else f"{k} {getattr(args, k)}"
+                          for k in ("learning_rate", "adv_ewma_decay", "beta_prox", "prox", "n_pi") if hasattr(args, k))
+        self.print(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {self.device}: {args.num_envs} envs x "
+                   f"{args.num_steps} steps" + (f" x {self.world_size} workers" if self.world_size > 1 else "") +
+                   f", {self.num_iterations} iterations = {self.num_iterations * self.global_batch_size:,} steps; "
+                   f"{knobs}; run folder {self.dir}", flush=True)
+        self.stop, self.start_time = StopSignal(), time.time() - elapsed
+        return envs
 
-def write_config(run_dir, args, extra):
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-                "gymnasium": gym.__version__, "procgen": getattr(import_procgen(), "__version__", "unknown")}
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump({**vars(args), **extra, "versions": versions}, f, indent=2)
+    def iterations(self):
+        for iteration in range(self.start_iteration + 1, self.num_iterations + 1):
+            self.iteration, self.iteration_start = iteration, time.time()
+            yield iteration
 
+    def due(self, every):  # every `every` iterations, and at the end
+        return self.iteration % every == 0 or self.iteration == self.num_iterations
 
-def open_progress(run_dir, start_iteration):
-    """progress.csv, open for appending. On resume the rows up to the checkpoint are kept and later ones dropped,
-    through a temporary file and an atomic rename: a crash at any moment leaves every kept row in place."""
-    path = os.path.join(run_dir, "progress.csv")
-    rows = []
-    if start_iteration:
-        with open(path, newline="") as f:
-            rows = [row for row in csv.DictReader(f) if int(row["iteration"]) <= start_iteration]
-    with open(path + ".tmp", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(path + ".tmp", path)
-    csv_file = open(path, "a", newline="")
-    return csv_file, csv.DictWriter(csv_file, fieldnames=COLUMNS)
+    def log(self, iteration, rollout, stats):
+        """After an iteration: every worker's finished episodes, one row of progress.csv and one console line,
+        evaluation and video when due, the checkpoint when due, and the stop conditions. False: stop now."""
+        args, now, agent = self.args, time.time(), self.learner["agent"]
+        # the rollout's statistics are logged once, then dropped (the rollout itself may wait in the staleness FIFO)
+        returns, lengths = rollout.pop("episode_returns"), rollout.pop("episode_lengths")
+        env_time, rollout_time = rollout.pop("env_time_s"), rollout.pop("time_s")
+        episodes, return_sum, length_sum = all_reduce_sum(torch.tensor(
+            [len(returns), sum(returns), sum(lengths)], dtype=torch.float64, device=self.device)).tolist()
+        row = dict(stats, iteration=iteration, global_step=iteration * self.global_batch_size,
+                   time_s=round(now - self.start_time, 3), sps=round(self.global_batch_size / (now - self.iteration_start), 1),
+                   env_time_s=round(env_time, 3), rollout_time_s=round(rollout_time, 3),
+                   episodic_return=return_sum / episodes if episodes else "",
+                   episodic_length=length_sum / episodes if episodes else "")
+        if "policy_loss" in stats:  # GAE and update; a PPG auxiliary phase is timed on its own
+            row["update_time_s"] = round(now - self.iteration_start - rollout_time - stats.get("aux_time_s", 0), 3)
+        if self.is_main and args.eval_episodes and self.due(args.eval_interval):
+            eval_returns, eval_lengths = evaluate(args, agent, args.eval_episodes, seed=args.seed + iteration)
+            row.update(eval_return=np.mean(eval_returns), eval_length=np.mean(eval_lengths))
+        if self.is_main and args.capture_video and self.due(args.video_interval):
+            record_video(args, agent, os.path.join(self.dir, "videos", f"iter_{iteration:06d}.gif"), seed=args.seed)
+        if self.is_main:
+            self.progress.writerow(row)
+            self.csv_file.flush()
+        eta = (now - self.start_time) / iteration * (self.num_iterations - iteration)
+        ret = f"{row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
+        self.print(f"iter {iteration}/{self.num_iterations} | step {row['global_step']:,} | return {ret} | "
+                   f"sps {row['sps']:.0f} | eta {format_eta(eta)}", flush=True)
+        self.problem = check_finite(iteration, row, agent)
+        self.warned = self.warned or (self.is_main and warn_if_diverging(iteration, row))
+        # all workers stop together (a worker alone in an all-reduce would wait for ever)
+        any_problem, any_stop = all_reduce_sum(torch.tensor([self.problem is not None, self.stop.received is not None],
+                                                            dtype=torch.float64, device=self.device)).tolist()
+        if any_problem:
+            self.problem = self.problem or f"iteration {iteration}: non-finite values on another worker"
+            return False
+        if args.save_model and (self.due(args.save_interval) or any_stop):
+            save_checkpoint(self.dir, self.rank, self.learner, iteration=iteration, time_s=now - self.start_time,
+                            stale_rollouts=list(self.stale_rollouts))
+            self.last_saved = iteration
+        if any_stop:
+            self.stop.received = self.stop.received or "SIGTERM"
+            return False
+        return True
+
+    def finish(self, envs):
+        """Close everything; a non-finite stop or a signal exits with its message, a finished run returns its folder."""
+        self.stop.restore()
+        if self.is_main:
+            self.csv_file.close()
+        envs.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if self.problem:
+            kept = (f"the last good checkpoint (iteration {self.last_saved}) is kept in {self.dir}"
+                    if self.last_saved is not None else "no checkpoint was written")
+            sys.exit(f"{os.path.basename(__file__)}: {self.problem}; stopped, {kept}")
+        if self.stop.received:
+            self.print(f"Stopped after iteration {self.iteration} ({self.stop.received}). " +
+                       (f"Resume with: {resume_command(self.dir, self.world_size)}" if self.args.save_model
+                        else "No checkpoint: start runs with --save-model to be able to resume them."), flush=True)
+            sys.exit(128 + getattr(signal, self.stop.received))
+        return self.dir
+
+    def create_dir(self):
+        args = self.args
+        run_dir = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        os.makedirs(run_dir, exist_ok=False)
+        return run_dir
+
+    def write_config(self):
+        """Every hyperparameter after Section 4's adjustments, what the run is made of, and the package versions."""
+        args, batch_size = self.args, self.args.num_envs * self.args.num_steps
+        versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+                    "gymnasium": gym.__version__, "procgen": getattr(import_procgen(), "__version__", "unknown")}
+        derived = {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
+                   "num_iterations": self.num_iterations, "device": str(self.device), "world_size": self.world_size,
+                   "global_batch_size": self.global_batch_size, "script": os.path.basename(__file__)}
+        with open(os.path.join(self.dir, "config.json"), "w") as f:
+            json.dump({**vars(args), **derived, "versions": versions}, f, indent=2)
+
+    def open_progress(self):
+        """progress.csv, open for appending. On resume the rows up to the checkpoint are kept and later ones dropped,
+        through a temporary file and an atomic rename: a crash at any moment leaves every kept row in place."""
+        path, rows = os.path.join(self.dir, "progress.csv"), []
+        columns = [c for c in COLUMNS if not c.startswith("aux_") or hasattr(self.args, "n_pi")]  # PPG's aux phase
+        if self.start_iteration and os.path.exists(path):
+            with open(path, newline="") as f:
+                rows = [row for row in csv.DictReader(f) if int(row["iteration"]) <= self.start_iteration]
+        with open(path + ".tmp", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(path + ".tmp", path)
+        csv_file = open(path, "a", newline="")
+        return csv_file, csv.DictWriter(csv_file, fieldnames=columns)
 
 
 def format_eta(seconds):
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-# --- Main ---------------------------------------------------------------------------------------------------
-def main(argv=None):
-    args = parse_args(argv)
-    rank, world_size, device = setup_workers(args)
-    is_main = rank == 0  # only rank 0 prints and writes the run folder's files
-    if args.micro_batch_size is None:  # on a CPU the network is ~99% of the time: micro-batches of 128 ran 1.57x faster
-        args.micro_batch_size = 128 if device.type == "cpu" else 0
-    if args.evaluate:
-        return evaluate_saved_agent(args, device)
-    # every core this process may use, shared with the other workers on this machine
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
-    random.seed(args.seed + rank)
-    np.random.seed(args.seed + rank)
-    torch.manual_seed(args.seed + rank)
-    batch_size = args.num_envs * args.num_steps  # per worker; the iteration batch is world_size times this
-    global_batch_size = batch_size * world_size
-    iterations = num_iterations(args, world_size)
-
-    agent = Agent(NUM_ACTIONS).to(device)
-    broadcast_from_rank0(agent)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=1e-8)
-    aux_optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate, eps=1e-8)  # its own Adam
-    aux_buffer = AuxBuffer(args.n_pi, args.num_envs, args.num_steps, device)
-    reward_normalizer = RewardNormalizer(args.num_envs, device)  # statistics pooled over workers (official code)
-    adv_moments = AdvantageMoments(args.adv_ewma_decay, device)
-    stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
-    stateful = {"agent": agent, "optimizer": optimizer, "reward_normalizer": reward_normalizer, "adv_moments": adv_moments}
-    stateful.update(aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)  # and the phase position: the iteration
-    configure_cnns([net for net in stateful.values() if isinstance(net, nn.Module)], args.bf16, args.compile)
-
-    start_iteration, elapsed = 0, 0.0
-    if args.resume:  # Procgen cannot restore its state: the resumed run starts fresh episodes, nothing else differs
-        checkpoint = load_checkpoint(args.resume, rank, stateful, device)
-        start_iteration, elapsed = checkpoint["iteration"], checkpoint["time_s"]
-        stale_rollouts.extend(checkpoint["stale_rollouts"])
-    # distinct levels for each worker; a resumed run gets new ones rather than a replay of the first
-    envs = make_env(args, seed=args.seed + 100_000 * rank + start_iteration)
-    run_dir = args.resume or share_from_rank0(create_run_dir(args) if is_main else None)
-    if is_main:
-        write_config(run_dir, args, {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
-                                     "num_iterations": iterations, "device": str(device), "world_size": world_size,
-                                     "global_batch_size": global_batch_size, "script": os.path.basename(__file__)})
-        csv_file, progress = open_progress(run_dir, start_iteration)
-    log = print if is_main else (lambda *a, **k: None)
-    log(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
-        f"{args.num_steps} steps" + (f" x {world_size} workers" if world_size > 1 else "") + f", {iterations} "
-        f"iterations = {iterations * global_batch_size:,} steps; "
-        f"lr {args.learning_rate:.3g}, adv_ewma_decay {args.adv_ewma_decay:.4g}"
-        f", n_pi {args.n_pi}; run folder {run_dir}", flush=True)
-
-    next_obs, _ = envs.reset()
-    next_obs = torch.from_numpy(next_obs).to(device)
-    next_first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
-    start_time = time.time() - elapsed
-    stop, problem, warned, last_saved = StopSignal(), None, False, start_iteration if args.resume else None
-    for iteration in range(start_iteration + 1, iterations + 1):
-        iteration_start = time.time()
-        agent.eval()
-        rollout, next_obs, next_first, ep_returns, ep_lengths, env_time = collect_rollout(
-            envs, agent, next_obs, next_first, args.num_steps, device)
-        rollout_time = time.time() - iteration_start
-        if args.norm_reward:
-            rollout["rewards"] = reward_normalizer(rollout["rewards"], rollout["firsts"])
-
-        # Artificial staleness (Section 5.1): train on the rollout collected `staleness` iterations ago.
-        stale_rollouts.append(rollout)
-        row = {}
-        if len(stale_rollouts) > args.staleness:
-            batch = make_batch(stale_rollouts.popleft(), agent, adv_moments, args)
-            agent.train()
-            row = update(agent, optimizer, batch, args)
-            row.update(adv_mean=float(batch["adv_mean"]), adv_std=float(batch["adv_std"]),
-                       update_time_s=round(time.time() - iteration_start - rollout_time, 3))
-            aux_buffer.add(batch, args.num_steps)
-        if iteration % args.n_pi == 0 and aux_buffer.size > 0:  # the policy phase ends: auxiliary phase
-            aux_start = time.time()
-            row.update(aux_phase(agent, aux_optimizer, aux_buffer, args, log))
-            row["aux_time_s"], aux_buffer.size = round(time.time() - aux_start, 3), 0
-
-        # every worker's finished episodes
-        episodes, ep_return_sum, ep_length_sum = all_reduce_sum(torch.tensor(
-            [len(ep_returns), sum(ep_returns), sum(ep_lengths)], dtype=torch.float64, device=device)).tolist()
-        now = time.time()
-        row.update(iteration=iteration, global_step=iteration * global_batch_size, time_s=round(now - start_time, 3),
-                   sps=round(global_batch_size / (now - iteration_start), 1), env_time_s=round(env_time, 3),
-                   rollout_time_s=round(rollout_time, 3),
-                   episodic_return=ep_return_sum / episodes if episodes else "",
-                   episodic_length=ep_length_sum / episodes if episodes else "")
-        if is_main and args.eval_episodes and (iteration % args.eval_interval == 0 or iteration == iterations):
-            eval_returns, eval_lengths = evaluate(args, agent, device, args.eval_episodes, seed=args.seed + iteration)
-            row.update(eval_return=np.mean(eval_returns), eval_length=np.mean(eval_lengths))
-        if is_main and args.capture_video and (iteration % args.video_interval == 0 or iteration == iterations):
-            record_video(args, agent, device, os.path.join(run_dir, "videos", f"iter_{iteration:06d}.gif"), seed=args.seed)
-        if is_main:
-            progress.writerow(row)
-            csv_file.flush()
-        eta = (now - start_time) / iteration * (iterations - iteration)
-        ret = f"{row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
-        log(f"iter {iteration}/{iterations} | step {row['global_step']:,} | return {ret} | "
-            f"sps {row['sps']:.0f} | eta {format_eta(eta)}", flush=True)
-        problem = check_finite(iteration, row, agent)
-        warned = warned or (is_main and warn_if_diverging(iteration, row))
-        # all workers stop together (a worker alone in an all-reduce would wait for ever)
-        any_problem, any_stop = all_reduce_sum(torch.tensor([problem is not None, stop.received is not None],
-                                                            dtype=torch.float64, device=device)).tolist()
-        if any_problem:
-            problem = problem or f"iteration {iteration}: non-finite values on another worker"
-            break
-        if args.save_model and (iteration % args.save_interval == 0 or iteration == iterations or any_stop):
-            save_checkpoint(run_dir, rank, stateful, iteration=iteration, time_s=now - start_time,
-                            stale_rollouts=list(stale_rollouts))
-            last_saved = iteration
-        if any_stop:
-            stop.received = stop.received or "SIGTERM"
-            break
-    stop.restore()
-    if is_main:
-        csv_file.close()
-    envs.close()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    script = os.path.basename(__file__)
-    if problem:
-        kept = (f"the last good checkpoint (iteration {last_saved}) is kept in {run_dir}" if last_saved is not None
-                else "no checkpoint was written")
-        sys.exit(f"{script}: {problem}; stopped, {kept}")
-    if stop.received:
-        log(f"Stopped after iteration {iteration} ({stop.received}). " +
-            (f"Resume with: {resume_command(run_dir, world_size)}" if args.save_model
-             else "No checkpoint: start runs with --save-model to be able to resume them."), flush=True)
-        sys.exit(128 + getattr(signal, stop.received))
-    return run_dir
 
 
 if __name__ == "__main__":

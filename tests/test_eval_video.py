@@ -5,10 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import load, read_progress, run_tiny, tiny_argv
-
-LEARNING_COLUMNS = ["global_step", "episodic_return", "episodic_length", "policy_loss", "value_loss", "entropy",
-                    "approx_kl", "clipfrac", "adv_mean", "adv_std"]
+from conftest import learning_columns, load, read_progress, run_tiny, tiny_argv
 
 
 def test_capture_video_writes_a_small_animated_gif(tmp_path):
@@ -26,7 +23,7 @@ def test_video_and_evaluation_never_change_training(script, tmp_path):
     _, plain = run_tiny(name, tmp_path / "plain", "--num-levels", "20", iterations=2)
     _, watched = run_tiny(name, tmp_path / "watched", "--num-levels", "20", "--capture-video", "--video-interval", "1",
                           "--eval-episodes", "3", "--eval-interval", "1", iterations=2)
-    assert [{c: r[c] for c in LEARNING_COLUMNS} for r in plain] == [{c: r[c] for c in LEARNING_COLUMNS} for r in watched]
+    assert learning_columns(plain) == learning_columns(watched)
     assert all(r["eval_return"] == "" for r in plain)
     assert all(np.isfinite(float(r["eval_return"])) and float(r["eval_length"]) > 0 for r in watched)
 
@@ -47,8 +44,17 @@ def test_held_out_levels_never_overlap_the_training_levels(start_level, num_leve
 
 
 def test_without_num_levels_evaluation_uses_the_full_distribution():
+    """Without --num-levels every level is a training level: evaluation then plays Procgen's unlimited levels,
+    whose seeds are drawn from the whole 31-bit range."""
     ppo = load("ppo")
-    assert ppo.held_out_levels(ppo.parse_args(tiny_argv("ppo"))) == (0, 0)
+    eval_start, eval_num = ppo.held_out_levels(ppo.parse_args(tiny_argv("ppo")))
+    env = ppo.ProcgenVecEnv("starpilot", 8, "easy", eval_num, eval_start, seed=3)
+    env.reset()
+    seeds = set()
+    for _ in range(300):
+        env.step(np.random.randint(0, 15, size=8))
+        seeds.update(info["level_seed"] for info in env.venv.get_info())
+    assert len(seeds) > 8 and max(seeds) > 10 ** 6
 
 
 def test_evaluate_a_saved_run_prints_its_return(tmp_path, capsys):
@@ -62,17 +68,10 @@ def test_evaluate_a_saved_run_prints_its_return(tmp_path, capsys):
     assert read_progress(run_dir)[-1]["iteration"] == "1"  # evaluation trains nothing and logs nothing
 
 
-def test_evaluate_a_missing_or_corrupt_checkpoint_exits_2_with_one_line(tmp_path, capsys):
-    ppo = load("ppo")
-    with pytest.raises(SystemExit) as exit_info:
-        ppo.main(["--evaluate", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--evaluate" in err
-    run_dir, _ = run_tiny("ppo", tmp_path / "r", "--save-model", iterations=1)
+def test_evaluate_a_missing_or_corrupt_checkpoint_exits_2_with_one_line(tmp_path, bad_argument):
+    run_dir, _ = run_tiny("ppo", tmp_path / "r", iterations=1)  # no --save-model: no checkpoint
+    assert "no checkpoint.pt" in bad_argument("ppo", ["--evaluate", run_dir], "--evaluate")
+    run_dir, _ = run_tiny("ppo", tmp_path / "s", "--save-model", iterations=1)
     with open(os.path.join(run_dir, "checkpoint.pt"), "wb") as f:
         f.write(b"not a checkpoint")
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        ppo.main(["--evaluate", run_dir])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.count("\n") == 1 and "cannot read" in err and "Traceback" not in err
+    assert "cannot read" in bad_argument("ppo", ["--evaluate", run_dir], "checkpoint.pt")

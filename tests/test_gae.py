@@ -73,7 +73,7 @@ def test_bootstrap_value_is_the_current_networks(name):
     agent = module.Agent(15)
     with torch.no_grad():
         next_value = agent(rollout["next_obs"])[1]
-    batch = module.make_batch(rollout, agent, module.AdvantageMoments(0.0, "cpu"), args)
+    batch = module.make_batch(rollout, agent, module.AdvantageMoments(0.0), args)
     expected = reference_gae(rollout["rewards"].numpy(), rollout["values"].numpy(), rollout["firsts"].numpy(),
                              next_value.numpy(), rollout["next_first"].numpy(), args.gamma, args.gae_lambda)
     np.testing.assert_allclose(batch["advantages"].view(T, N).numpy(), expected, rtol=1e-5, atol=1e-5)

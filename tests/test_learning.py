@@ -19,7 +19,7 @@ def test_update_learns_a_contextual_bandit(script):
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate)
     ewma_net = agent if module.__name__ == "ppo_ewma" else getattr(agent, "policy", None)
     extra = (module.EWMA(ewma_net, args.beta_prox),) if hasattr(module, "EWMA") else ()
-    moments = module.AdvantageMoments(0.0, "cpu")
+    moments = module.AdvantageMoments(0.0)
     T, N = args.num_steps, args.num_envs
     colour = torch.randint(0, 2, (T, N))  # a red or blue frame at every step of every environment
     target = torch.where(colour == 0, TARGET[0], TARGET[1])

@@ -6,7 +6,7 @@ import torch
 def test_reward_normalizer_matches_running_return_statistics(script):
     torch.manual_seed(0)
     T, N = 16, 3
-    norm = script.RewardNormalizer(N, "cpu")
+    norm = script.RewardNormalizer(N)
     all_returns, ret = [], np.zeros(N)
     for _ in range(3):
         rewards = torch.randn(T, N) * 5
@@ -26,7 +26,7 @@ def test_reward_normalizer_matches_running_return_statistics(script):
 
 
 def test_reward_normalizer_clips_to_ten(script):
-    norm = script.RewardNormalizer(1, "cpu")
+    norm = script.RewardNormalizer(1)
     firsts = torch.ones(10000, 1, dtype=torch.bool)  # one-step episodes: returns are the rewards
     norm(torch.randn(10000, 1) * 0.01, firsts)  # running std ~0.01, barely moved by two outliers
     out = norm(torch.tensor([[1.0], [-1.0]]), firsts[:2])  # ~100 std away once normalised

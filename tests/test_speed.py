@@ -12,7 +12,7 @@ def random_batch(module, agent, size, seed=0):
     g = torch.Generator().manual_seed(seed)
     batch = {"obs": torch.randint(0, 256, (size, 64, 64, 3), dtype=torch.uint8, generator=g),
              "actions": torch.randint(0, 15, (size,), generator=g), "advantages": torch.randn(size, generator=g),
-             "returns": torch.randn(size, generator=g)}
+             "returns": torch.randn(size, generator=g), "adv_mean": torch.tensor(0.0), "adv_std": torch.tensor(1.0)}
     with torch.no_grad():
         batch["logp_behav"] = module.log_prob(agent.logits(batch["obs"]), batch["actions"])
     batch["logp_old"] = batch["logp_behav"]
