@@ -4,8 +4,8 @@
 
     python ppo.py --env-id starpilot
 
-The algorithm first, in the same sections as ppo_ewma.py, ppg.py and ppg_ewma.py; then an appendix of machinery
-(resume, workers, evaluation, checkpoints, logging), identical in all four files.
+The algorithm first, in the same sections in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py; then an appendix of
+machinery (argument checks, resume, workers, evaluation, checkpoints, logging), identical in all four files.
 """
 import argparse
 import collections

@@ -18,14 +18,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import analysis  # noqa: E402
 
 PANELS = (("global_step", "env steps"), ("time_s", "wall-clock time (s)"))
 
 
 def draw_group(ax, runs, x, y, colour, label, smooth_k, normalize, spread, linestyle="-"):
     """One mean-over-seeds curve with its spread; returns whether anything was drawn."""
-    stats = common.mean_curve([common.curve(run, x, y, smooth_k, normalize) for run in runs])
+    stats = analysis.mean_curve([analysis.curve(run, x, y, smooth_k, normalize) for run in runs])
     if stats is None:
         return False
     low, high = ((stats["min"], stats["max"]) if spread == "minmax"
@@ -40,9 +40,9 @@ def plot_runs(runs, out, normalize=False, smooth_k=1, spread="std", title=None):
     """Two panels (return vs env steps, vs time); one curve per (exp_name, env_id); writes `out`.
 
     Returns the labels of the curves drawn (eval curves end in ': eval')."""
-    groups = common.group_runs(runs, keys=("exp_name", "env_id"))
+    groups = analysis.group_runs(runs, keys=("exp_name", "env_id"))
     if normalize:
-        dropped = [key for key, members in groups.items() if not all(common.can_normalize(r) for r in members)]
+        dropped = [key for key, members in groups.items() if not all(analysis.can_normalize(r) for r in members)]
         for key in dropped:
             mode = groups[key][0]["config"].get("distribution_mode")
             print(f"plot.py: no normalisation constants for {key[1]} ({mode}); left out", file=sys.stderr)
@@ -90,7 +90,7 @@ def main(argv=None):
     missing = [path for path in args.paths if not os.path.isdir(path)]
     if missing:
         p.error(f"not a folder: {', '.join(missing)}")
-    runs = common.load_runs(args.paths)
+    runs = analysis.load_runs(args.paths)
     if not runs:
         p.error("no run folders (config.json + progress.csv) found under " + ", ".join(args.paths))
     plot_runs(runs, args.out, args.normalize, args.smooth, args.spread)

@@ -29,12 +29,14 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import analysis  # noqa: E402
+import figures  # noqa: E402
+import sweep  # noqa: E402
 
 ALGORITHMS = {"ppo": "PPO", "ppo_ewma": "PPO-EWMA", "ppg": "PPG", "ppg_ewma": "PPG-EWMA"}
 PAIRS = (("ppo_ewma", "ppo"), ("ppg_ewma", "ppg"))
 COLOURS = {"ppo": "tab:blue", "ppo_ewma": "tab:blue", "ppg": "tab:orange", "ppg_ewma": "tab:orange"}  # EWMA solid
-PAPER = {"envs": list(common.PROCGEN_GAMES), "seeds": [1, 2, 3, 4], "total_timesteps": 100_000_000,
+PAPER = {"envs": list(sweep.PROCGEN_GAMES), "seeds": [1, 2, 3, 4], "total_timesteps": 100_000_000,
          "distribution_mode": "hard", "num_envs": 256, "num_steps": 256, "num_minibatches": 8,
          "algorithms": list(ALGORITHMS), "runs_dir": "runs/fig4"}
 QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 32_768, "distribution_mode": "easy",
@@ -42,15 +44,15 @@ QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 32_768, "distri
 
 
 def parse_args(argv=None):
-    p = common.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
+    p = sweep.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
     p.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS), help="scripts to run (default: all four)")
-    common.add_ppg_flags(p)
-    return common.parse_sweep_args(p, argv, PAPER, QUICK)
+    sweep.add_ppg_flags(p)
+    return sweep.parse_sweep_args(p, argv, PAPER, QUICK)
 
 
 def build_runs(args):
-    return [common.Run(script, env, seed, f"fig4__{script}", args.total_timesteps, common.base_options(args, script),
-                       {"algorithm": script})
+    return [sweep.Run(script, env, seed, f"fig4__{script}", args.total_timesteps, sweep.base_options(args, script),
+                      {"algorithm": script})
             for script in args.algorithms for env in args.envs for seed in args.seeds]
 
 
@@ -64,19 +66,19 @@ def paired_differences(rows, metric):
             if algo == ewma and (base, env, seed) in value:
                 per_env.setdefault(env, []).append(v - value[(base, env, seed)])
         if per_env:
-            result[(ewma, base)] = {env: common.seed_stats(d) for env, d in sorted(per_env.items())}
+            result[(ewma, base)] = {env: analysis.seed_stats(d) for env, d in sorted(per_env.items())}
     return result
 
 
 def make_figure(loaded, rows, args, out):
-    metric = common.metric_name(rows)
+    metric = analysis.metric_name(rows)
     normalize = metric == "normalized"
-    fig, axes = common.subplots(3, "Figure 4: EWMA vs baseline", args)
+    fig, axes = figures.subplots(3, "Figure 4: EWMA vs baseline", args)
     for script in args.algorithms:
         members = [r for r in loaded if r["tags"]["algorithm"] == script]
         for ax, x in zip(axes[:2], ("global_step", "time_s")):
-            common.plot_band(ax, common.env_mean_curve(members, x=x, smooth_k=args.smooth, normalize=normalize),
-                             ALGORITHMS[script], COLOURS[script], "-" if "ewma" in script else "--")
+            figures.plot_band(ax, analysis.env_mean_curve(members, x=x, smooth_k=args.smooth, normalize=normalize),
+                              ALGORITHMS[script], COLOURS[script], "-" if "ewma" in script else "--")
     for ax, xlabel in zip(axes[:2], ("env steps", "wall-clock time (s)")):
         ax.set_xlabel(xlabel)
         ax.set_ylabel("normalised return" if normalize else "episodic return")
@@ -92,18 +94,18 @@ def make_figure(loaded, rows, args, out):
                color=COLOURS[ewma], label=f"{ALGORITHMS[ewma]} - {ALGORITHMS[base]}")
     axes[2].axhline(0, color="black", linewidth=0.8)
     axes[2].set_xticks(range(len(envs)), envs, rotation=60, fontsize="small")
-    axes[2].set_ylabel(f"difference in {common.final_label(metric)}")
+    axes[2].set_ylabel(f"difference in {figures.final_label(metric)}")
     axes[2].set_title("per game, mean +- s.e. over seeds")
-    common.save_figure(fig, out)
+    figures.save_figure(fig, out)
     for (ewma, base), per_env in diffs.items():
         mean = np.mean([s["mean"] for s in per_env.values()])
-        print(f"{ALGORITHMS[ewma]} - {ALGORITHMS[base]}: {common.final_label(metric)} difference {mean:+.3f} "
+        print(f"{ALGORITHMS[ewma]} - {ALGORITHMS[base]}: {figures.final_label(metric)} difference {mean:+.3f} "
               f"averaged over {len(per_env)} game(s); better on {sum(s['mean'] > 0 for s in per_env.values())}")
 
 
 def main(argv=None):
     args = parse_args(argv)
-    return common.sweep_main(args, build_runs(args), ("algorithm",), "fig4_summary.csv", "fig4_ewma.png", make_figure)
+    return sweep.sweep_main(args, build_runs(args), ("algorithm",), "fig4_summary.csv", "fig4_ewma.png", make_figure)
 
 
 if __name__ == "__main__":

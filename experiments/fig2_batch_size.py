@@ -35,7 +35,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import analysis  # noqa: E402
+import figures  # noqa: E402
+import sweep  # noqa: E402
 
 VARIANTS = {  # name: (script, options, label)
     "all": ("ppg_ewma", {}, "PPG-EWMA, all adjustments"),
@@ -45,7 +47,7 @@ VARIANTS = {  # name: (script, options, label)
     "ppg": ("ppg", {}, "PPG (no EWMA), other adjustments"),
 }
 ABLATIONS = ("no-lr", "no-prox", "no-adv")
-PAPER = {"envs": list(common.PROCGEN_GAMES), "seeds": [1, 2, 3], "total_timesteps": 100_000_000,
+PAPER = {"envs": list(sweep.PROCGEN_GAMES), "seeds": [1, 2, 3], "total_timesteps": 100_000_000,
          "distribution_mode": "hard", "num_envs": 256, "num_steps": 256, "num_minibatches": 8,
          "divisors": [1, 4, 16, 64, 256], "variants": list(VARIANTS), "runs_dir": "runs/fig2"}
 QUICK = {"envs": ["starpilot"], "seeds": [1, 2], "total_timesteps": 12_288, "distribution_mode": "easy",
@@ -54,13 +56,13 @@ QUICK = {"envs": ["starpilot"], "seeds": [1, 2], "total_timesteps": 12_288, "dis
 
 
 def parse_args(argv=None):
-    p = common.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
+    p = sweep.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
     p.add_argument("--divisors", nargs="+", type=int, metavar="C", help="batch divisors (paper: 1 4 16 64 256)")
     p.add_argument("--ablation-divisors", nargs="+", type=int, metavar="C",
                    help="divisors at which the ablations run (default: every divisor > 1; --quick: the largest)")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="default: all five")
-    common.add_ppg_flags(p)
-    args = common.parse_sweep_args(p, argv, PAPER, QUICK)
+    sweep.add_ppg_flags(p)
+    args = sweep.parse_sweep_args(p, argv, PAPER, QUICK)
     if args.ablation_divisors is None:  # --quick: only at the largest divisor
         larger = [c for c in args.divisors if c > 1]
         args.ablation_divisors = larger[-1:] if args.quick or args.tiny else larger
@@ -79,15 +81,15 @@ def build_runs(args):
             divisors = sorted(({1} & set(args.divisors)) | set(args.ablation_divisors))
         for c in divisors:
             name = f"fig2__{script}__div{c}"
-            opts = {**common.base_options(args, script), "batch_divisor": c}
+            opts = {**sweep.base_options(args, script), "batch_divisor": c}
             if c > 1 and options:
                 name += "__" + "__".join(f"no-{x}" for x in options["no_adjust"])
                 opts.update(options)
             for env in args.envs:
                 for seed in args.seeds:
-                    runs.append(common.Run(script, env, seed, name, args.total_timesteps, opts,
-                                           {"variant": variant, "divisor": c,
-                                            "batch_size": args.num_envs // c * args.num_steps}))
+                    runs.append(sweep.Run(script, env, seed, name, args.total_timesteps, opts,
+                                          {"variant": variant, "divisor": c,
+                                           "batch_size": args.num_envs // c * args.num_steps}))
     return runs
 
 
@@ -98,35 +100,36 @@ def invariance_gap(finals, variant="all"):
 
 
 def make_figure(loaded, rows, args, out):
-    metric = common.metric_name(rows)
-    finals = common.aggregate_final(rows, ("variant", "batch_size"), metric)
+    metric = analysis.metric_name(rows)
+    finals = analysis.aggregate_final(rows, ("variant", "batch_size"), metric)
     sizes = sorted({size for _, size in finals})
-    fig, axes = common.subplots(3, "Figure 2: batch size-invariance", args)
+    fig, axes = figures.subplots(3, "Figure 2: batch size-invariance", args)
     # An iteration at divisor C is C times fewer env steps: smooth over C times as many iterations, so every
     # curve averages the same number of env steps and the smaller batches do not look noisier for that alone.
-    common.plot_curves_by(axes[0], loaded, "divisor", sorted(args.divisors),
-                          lambda c: f"{args.num_envs // c} env{'s' if args.num_envs // c > 1 else ''} (C={c})",
-                          lambda c: args.smooth * c, metric == "normalized", variant="all")
+    figures.plot_curves_by(axes[0], loaded, "divisor", sorted(args.divisors),
+                           lambda c: f"{args.num_envs // c} env{'s' if args.num_envs // c > 1 else ''} (C={c})",
+                           lambda c: args.smooth * c, metric == "normalized", variant="all")
     axes[0].set_title(f"PPG-EWMA, all adjustments (smoothed over {args.smooth * args.num_envs * args.num_steps:,} "
                       "env steps)", fontsize="medium")
     xlabel = f"iteration batch size (envs x {args.num_steps} steps)"
-    common.plot_final(axes[1], finals, {v: VARIANTS[v][2] for v in ("all", "ppg")}, xlabel, common.final_label(metric))
+    figures.plot_final(axes[1], finals, {v: VARIANTS[v][2] for v in ("all", "ppg")}, xlabel,
+                       figures.final_label(metric))
     axes[1].set_title(f"mean +- std over seeds; gap largest-smallest {invariance_gap(finals):+.3f}")
-    common.plot_final(axes[2], finals, {v: VARIANTS[v][2] for v in ("all", *ABLATIONS)}, xlabel,
-                      common.final_label(metric))
+    figures.plot_final(axes[2], finals, {v: VARIANTS[v][2] for v in ("all", *ABLATIONS)}, xlabel,
+                       figures.final_label(metric))
     axes[2].set_title("ablations: all but one adjustment")
     for ax in axes[1:]:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) for s in sizes])
-    common.save_figure(fig, out)
-    print(f"{common.final_label(metric)} at the largest minus at the smallest batch size (all adjustments): "
+    figures.save_figure(fig, out)
+    print(f"{figures.final_label(metric)} at the largest minus at the smallest batch size (all adjustments): "
           f"{invariance_gap(finals):+.3f} (paper: 0.052 in magnitude, 16 hard games, 100M steps)")
 
 
 def main(argv=None):
     args = parse_args(argv)
-    return common.sweep_main(args, build_runs(args), ("variant", "divisor", "batch_size"), "fig2_summary.csv",
-                             "fig2_batch_size.png", make_figure)
+    return sweep.sweep_main(args, build_runs(args), ("variant", "divisor", "batch_size"), "fig2_summary.csv",
+                            "fig2_batch_size.png", make_figure)
 
 
 if __name__ == "__main__":

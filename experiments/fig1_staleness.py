@@ -30,14 +30,16 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import analysis  # noqa: E402
+import figures  # noqa: E402
+import sweep  # noqa: E402
 
 VARIANTS = {  # name: (script, options, label)
     "recent": ("ppo", {"old_policy": "recent"}, "(a) PPO, old = recent"),
     "decoupled": ("ppo_ewma", {"prox": "recent"}, "(b) decoupled, prox = recent"),
     "behav": ("ppo", {"old_policy": "behav"}, "(c) PPO, old = behav"),
 }
-PAPER = {"envs": list(common.PROCGEN_GAMES), "seeds": [1, 2, 3, 4], "total_timesteps": 100_000_000,
+PAPER = {"envs": list(sweep.PROCGEN_GAMES), "seeds": [1, 2, 3, 4], "total_timesteps": 100_000_000,
          "distribution_mode": "hard", "num_envs": 256, "num_steps": 256, "num_minibatches": 8,
          "staleness_values": [0, 1, 2, 4, 8, 16], "variants": list(VARIANTS), "runs_dir": "runs/fig1"}
 QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 49_152, "distribution_mode": "easy",
@@ -46,11 +48,11 @@ QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 49_152, "distri
 
 
 def parse_args(argv=None):
-    p = common.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
+    p = sweep.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
     p.add_argument("--staleness-values", nargs="+", type=int, metavar="K",
                    help="staleness K in iterations (paper: 0 1 2 4 8 16)")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="objectives (default: all three)")
-    return common.parse_sweep_args(p, argv, PAPER, QUICK)
+    return sweep.parse_sweep_args(p, argv, PAPER, QUICK)
 
 
 def build_runs(args):
@@ -65,34 +67,34 @@ def build_runs(args):
                 name, options_k = f"fig1__{script}__{knob}__stale{k}", options
             for env in args.envs:
                 for seed in args.seeds:
-                    runs.append(common.Run(script, env, seed, name, args.total_timesteps,
-                                           {**common.base_options(args, script), **options_k, "staleness": k},
-                                           {"variant": variant, "staleness": k}))
+                    runs.append(sweep.Run(script, env, seed, name, args.total_timesteps,
+                                          {**sweep.base_options(args, script), **options_k, "staleness": k},
+                                          {"variant": variant, "staleness": k}))
     return runs
 
 
 def make_figure(loaded, rows, args, out):
-    metric = common.metric_name(rows)
-    finals = common.aggregate_final(rows, ("variant", "staleness"), metric)
+    metric = analysis.metric_name(rows)
+    finals = analysis.aggregate_final(rows, ("variant", "staleness"), metric)
     variants = [v for v in args.variants if any(key[0] == v for key in finals)]
-    fig, axes = common.subplots(1 + len(variants), "Figure 1: PPO with artificial staleness", args)
+    fig, axes = figures.subplots(1 + len(variants), "Figure 1: PPO with artificial staleness", args)
     ks = sorted(args.staleness_values)
-    common.plot_final(axes[0], finals, {v: VARIANTS[v][2] for v in variants}, "staleness (iterations)",
-                      common.final_label(metric))
+    figures.plot_final(axes[0], finals, {v: VARIANTS[v][2] for v in variants}, "staleness (iterations)",
+                       figures.final_label(metric))
     axes[0].set_xscale("symlog", linthresh=1)
     axes[0].set_xticks(ks, [str(k) for k in ks])
     axes[0].set_title("mean +- std over seeds")
     for ax, variant in zip(axes[1:], variants):
-        common.plot_curves_by(ax, loaded, "staleness", ks, lambda k: f"staleness {k}", args.smooth,
-                              metric == "normalized", variant=variant)
+        figures.plot_curves_by(ax, loaded, "staleness", ks, lambda k: f"staleness {k}", args.smooth,
+                               metric == "normalized", variant=variant)
         ax.set_title(VARIANTS[variant][2])
-    common.save_figure(fig, out)
+    figures.save_figure(fig, out)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    return common.sweep_main(args, build_runs(args), ("variant", "staleness"), "fig1_summary.csv",
-                             "fig1_staleness.png", make_figure)
+    return sweep.sweep_main(args, build_runs(args), ("variant", "staleness"), "fig1_summary.csv",
+                            "fig1_staleness.png", make_figure)
 
 
 if __name__ == "__main__":

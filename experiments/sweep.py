@@ -1,12 +1,13 @@
-"""Shared helpers for the figure runners (staleness.py, batch_size.py, ewma_vs_baseline.py) and plot.py.
+"""Running a figure's sweep: the training runs it plans, resumably, several at a time; and the command
+line that the figure runners (fig1_staleness.py, fig2_batch_size.py, fig4_ewma_vs_baseline.py) share.
 
-    sweep     Run (one training run), command(), is_finished(), run_all(): resumable, P runs at a time
-    loading   load_runs(): config.json + progress.csv of every run folder under some paths
-    analysis  smooth(), curve(), mean_curve(), env_mean_curve(), final_return(), group_runs(), seed_stats()
-    Procgen   PROCGEN_RANGES and normalized_return()
-    figures   subplots(), plot_band(), plot_curves_by(), plot_final(), save_figure()
+    runs      Run (one training run), command(), find_finished() / is_finished(), select_runs(),
+              core_slots(), run_all(): resumable, P runs at a time, each pinned to its own cores
     CLI       sweep_parser() / parse_sweep_args(): the flags every runner shares, with its presets;
-              run_sweep() / sweep_main(): train, then summary CSV and figure
+              base_options(); run_sweep() / sweep_main(): train, then summary CSV and figure
+
+A runner parses its flags, plans its Runs and hands them to sweep_main() with a function that draws its
+figure (figures.py) from the loaded runs and their summary rows (analysis.py).
 
 A run is identified by (env_id, exp_name, seed); each runner encodes the configuration in the
 exp_name (e.g. `fig1__ppo__old-recent__stale4`). A run counts as done when a folder
@@ -26,48 +27,12 @@ import subprocess
 import sys
 import time
 
-import numpy as np
+import analysis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
 PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
                  "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
-
-# --- Procgen normalised return -------------------------------------------------------------------------
-# Source: K. Cobbe, C. Hesse, J. Hilton, J. Schulman, "Leveraging Procedural Generation to Benchmark
-# Reinforcement Learning" (ICML 2020, arXiv:1912.01588), appendix table of normalisation constants
-# (R_min, R_max) per game and distribution mode. The normalised return is (R - R_min) / (R_max - R_min);
-# Hilton et al. (the batch size-invariance paper) report it on hard mode. The paper itself was not at
-# hand when this was written: every value of each column was checked against two independent
-# third-party transcriptions of that table (one of them, in code citing arXiv:1912.01588, lists both).
-PROCGEN_RANGES = {
-    "hard": {
-        "coinrun": (5.0, 10.0), "starpilot": (1.5, 35.0), "caveflyer": (2.0, 13.4), "dodgeball": (1.5, 19.0),
-        "fruitbot": (-0.5, 27.2), "chaser": (0.5, 14.2), "miner": (1.5, 20.0), "jumper": (1.0, 10.0),
-        "leaper": (1.5, 10.0), "maze": (4.0, 10.0), "bigfish": (0.0, 40.0), "heist": (2.0, 10.0),
-        "climber": (1.0, 12.6), "plunder": (3.0, 30.0), "ninja": (2.0, 10.0), "bossfight": (0.5, 13.0),
-    },
-    "easy": {
-        "coinrun": (5.0, 10.0), "starpilot": (2.5, 64.0), "caveflyer": (3.5, 12.0), "dodgeball": (1.5, 19.0),
-        "fruitbot": (-1.5, 32.4), "chaser": (0.5, 13.0), "miner": (1.5, 13.0), "jumper": (3.0, 10.0),
-        "leaper": (3.0, 10.0), "maze": (5.0, 10.0), "bigfish": (1.0, 40.0), "heist": (3.5, 10.0),
-        "climber": (2.0, 12.6), "plunder": (4.5, 30.0), "ninja": (3.5, 10.0), "bossfight": (0.5, 13.0),
-    },
-}
-
-
-def normalized_return(value, env_id, mode):
-    """(R - R_min) / (R_max - R_min) with the Procgen constants of `mode`; nan where there are none."""
-    if mode not in PROCGEN_RANGES or env_id not in PROCGEN_RANGES[mode]:
-        return np.full(np.shape(value), np.nan) if np.ndim(value) else float("nan")
-    low, high = PROCGEN_RANGES[mode][env_id]
-    if np.ndim(value):
-        return (np.asarray(value, dtype=float) - low) / (high - low)
-    return (float(value) - low) / (high - low)
-
-
-def can_normalize(run):
-    return run["config"].get("env_id") in PROCGEN_RANGES.get(run["config"].get("distribution_mode"), {})
 
 
 # --- One run of a training script ----------------------------------------------------------------------
@@ -174,6 +139,18 @@ def is_finished(run, runs_dir):
     return find_finished(run, runs_dir) is not None
 
 
+def select_runs(runs, runs_dir):
+    """The newest finished folder of each planned Run, loaded, with its tags: a list of loaded runs."""
+    selected = []
+    for run in runs:
+        run_dir = find_finished(run, runs_dir)
+        if run_dir:
+            loaded = analysis.load_run(run_dir)
+            loaded["tags"] = dict(run.tags)
+            selected.append(loaded)
+    return selected
+
+
 def core_slots(parallel, cores_per_run=None):
     """CPU sets for `parallel` concurrent runs: disjoint blocks of this process's cores.
 
@@ -249,262 +226,6 @@ def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=pri
                 log(f"FAILED (exit {proc.returncode}): {run.env_id} {run.exp_name} seed {run.seed}; "
                     f"log {path}:\n{tail}")
     return failed
-
-
-# --- Loading runs --------------------------------------------------------------------------------------
-def _number(text):
-    if text is None or text == "":
-        return float("nan")
-    try:
-        return float(text)
-    except ValueError:
-        return float("nan")
-
-
-def load_run(run_dir):
-    """{"dir", "config", "columns", "rows"} with every progress.csv cell as a float (nan when empty)."""
-    with open(os.path.join(run_dir, "config.json")) as f:
-        config = json.load(f)
-    with open(os.path.join(run_dir, "progress.csv")) as f:
-        reader = csv.DictReader(f)
-        rows = [{k: _number(v) for k, v in row.items()} for row in reader]
-        columns = list(reader.fieldnames or [])
-    return {"dir": run_dir, "config": config, "columns": columns, "rows": rows}
-
-
-def find_run_dirs(paths):
-    """Run folders (with config.json and progress.csv) among `paths` and, at any depth, below them."""
-    found = []
-    for path in paths:
-        for folder, subfolders, files in os.walk(path):
-            subfolders.sort()
-            if "config.json" in files and "progress.csv" in files:
-                found.append(folder)
-                subfolders[:] = []
-    return sorted(dict.fromkeys(os.path.normpath(p) for p in found))
-
-
-def load_runs(paths):
-    return [load_run(d) for d in find_run_dirs([paths] if isinstance(paths, str) else paths)]
-
-
-def select_runs(runs, runs_dir):
-    """The newest finished folder of each planned Run, loaded, with its tags: a list of loaded runs."""
-    selected = []
-    for run in runs:
-        run_dir = find_finished(run, runs_dir)
-        if run_dir:
-            loaded = load_run(run_dir)
-            loaded["tags"] = dict(run.tags)
-            selected.append(loaded)
-    return selected
-
-
-# --- Analysis ------------------------------------------------------------------------------------------
-def smooth(values, k):
-    """Trailing moving average over the last k finite values (k <= 1: unchanged); nan stays nan."""
-    values = np.asarray(values, dtype=float)
-    if k is None or k <= 1:
-        return values.copy()
-    out = np.full_like(values, np.nan)
-    finite = np.flatnonzero(np.isfinite(values))
-    for n, i in enumerate(finite):
-        out[i] = values[finite[max(0, n - k + 1):n + 1]].mean()
-    return out
-
-
-def curve(run, x="global_step", y="episodic_return", smooth_k=1, normalize=False):
-    """(xs, ys) of one run over the rows where y has a value, smoothed, optionally normalised."""
-    xs = np.array([row.get(x, np.nan) for row in run["rows"]], dtype=float)
-    ys = np.array([row.get(y, np.nan) for row in run["rows"]], dtype=float)
-    keep = np.isfinite(xs) & np.isfinite(ys)
-    xs, ys = xs[keep], smooth(ys[keep], smooth_k)
-    if normalize:
-        ys = normalized_return(ys, run["config"].get("env_id"), run["config"].get("distribution_mode"))
-    return xs, ys
-
-
-def mean_curve(curves, points=200):
-    """Mean, std (ddof 0), min and max over several (xs, ys) curves, pointwise on a common x grid.
-
-    Curves with identical xs keep them. Otherwise each curve is interpolated linearly onto `points`
-    evenly spaced x values spanning all curves, and only counts where it has data (a shorter run
-    drops out of the mean past its end). Returns dict(x, mean, std, min, max, count, n) or None."""
-    curves = [(np.asarray(x, float), np.asarray(y, float)) for x, y in curves if len(x)]
-    if not curves:
-        return None
-    first = curves[0][0]
-    if all(len(x) == len(first) and np.array_equal(x, first) for x, _ in curves):
-        grid, stack = first, np.stack([y for _, y in curves])
-    else:
-        low, high = min(x[0] for x, _ in curves), max(x[-1] for x, _ in curves)
-        grid = np.linspace(low, high, points) if high > low else np.array([low])
-        stack = np.stack([np.where((grid >= x[0]) & (grid <= x[-1]), np.interp(grid, x, y), np.nan)
-                          for x, y in curves])
-    count = np.isfinite(stack).sum(0)
-    keep = count > 0
-    grid, stack, count = grid[keep], stack[:, keep], count[keep]
-    if not len(grid):
-        return None
-    return {"x": grid, "mean": np.nanmean(stack, 0), "std": np.nanstd(stack, 0), "min": np.nanmin(stack, 0),
-            "max": np.nanmax(stack, 0), "count": count, "n": len(curves)}
-
-
-def env_mean_curve(runs, x="global_step", y="episodic_return", smooth_k=1, normalize=True):
-    """The paper's learning curve: for each seed the mean over environments, then mean/std over seeds."""
-    by_seed = {}
-    for run in runs:
-        by_seed.setdefault(run["config"].get("seed"), []).append(curve(run, x, y, smooth_k, normalize))
-    per_seed = [mean_curve(curves) for _, curves in sorted(by_seed.items(), key=lambda kv: str(kv[0]))]
-    return mean_curve([(c["x"], c["mean"]) for c in per_seed if c is not None])
-
-
-def final_return(rows, frac=0.1, column="episodic_return"):
-    """Mean of `column` over the last `frac` of the iterations (at least one), ignoring empty cells."""
-    if not rows:
-        return float("nan")
-    tail = rows[-max(1, math.ceil(frac * len(rows))):]
-    values = [row.get(column, np.nan) for row in tail]
-    values = [v for v in values if np.isfinite(v)]
-    return float(np.mean(values)) if values else float("nan")
-
-
-def seed_stats(values):
-    """Mean, standard deviation (ddof 0), standard error (ddof 1 / sqrt n; 0 for one value), n."""
-    values = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
-    if not len(values):
-        return {"mean": float("nan"), "std": float("nan"), "sem": float("nan"), "n": 0}
-    sem = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else 0.0
-    return {"mean": float(values.mean()), "std": float(values.std()), "sem": sem, "n": len(values)}
-
-
-def dedupe(runs):
-    """One run per (env_id, exp_name, seed): the one that got furthest, then the newest."""
-    best = {}
-    for run in runs:
-        c = run["config"]
-        key = (c.get("env_id"), c.get("exp_name"), c.get("seed"))
-        rank = (run["rows"][-1].get("global_step", 0) if run["rows"] else 0, os.path.getmtime(run["dir"]))
-        if key not in best or rank > best[key][0]:
-            best[key] = (rank, run)
-    return [run for _, run in best.values()]
-
-
-def group_runs(runs, keys=("exp_name", "env_id")):
-    """{(config[k] for k in keys): [runs, one per seed]}, in order of first appearance."""
-    groups = {}
-    for run in dedupe(runs):
-        groups.setdefault(tuple(run["config"].get(k) for k in keys), []).append(run)
-    for members in groups.values():
-        members.sort(key=lambda r: str(r["config"].get("seed")))
-    return groups
-
-
-def summary_rows(runs, tag_names, frac=0.1):
-    """One dict per run: its tags, env, seed, final_return, normalized (nan if no constants), the last
-    global_step and time_s (wall-clock seconds of the run), exp_name and run_dir."""
-    rows = []
-    for run in runs:
-        c = run["config"]
-        final = final_return(run["rows"], frac)
-        last = run["rows"][-1] if run["rows"] else {}
-        normalized = normalized_return(final, c.get("env_id"), c.get("distribution_mode"))
-        rows.append({**{t: run["tags"].get(t) for t in tag_names}, "env": c.get("env_id"), "seed": c.get("seed"),
-                     "final_return": final, "normalized": normalized,
-                     "global_step": last.get("global_step"), "time_s": last.get("time_s"),
-                     "exp_name": c.get("exp_name"), "run_dir": run["dir"]})
-    return rows
-
-
-def metric_name(rows):
-    """'normalized' when every game has normalisation constants, else 'final_return' (raw return: only
-    meaningful for one game). A nan final return (no episode ended in the window) stays nan either way."""
-    normalizable = all(np.isfinite(r["normalized"]) or not np.isfinite(r["final_return"]) for r in rows)
-    return "normalized" if rows and normalizable else "final_return"
-
-
-def aggregate_final(rows, by, metric=None):
-    """{key: seed_stats} where key = tuple(row[b] for b in by): per seed the mean of `metric` over
-    environments, then statistics over seeds (the paper's 'averaged over all 16 environments')."""
-    metric = metric or metric_name(rows)
-    per_seed = {}
-    for row in rows:
-        per_seed.setdefault(tuple(row[b] for b in by), {}).setdefault(row["seed"], []).append(row[metric])
-    return {key: seed_stats([np.mean(v) for v in seeds.values()]) for key, seeds in per_seed.items()}
-
-
-def write_csv(path, rows):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["empty"])
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-# --- Figures shared by the runners -------------------------------------------------------------------------
-def subplots(n, figure, args):
-    """A row of n panels titled `figure` plus the games, difficulty and seeds of the sweep."""
-    seeds = f"seed{'s' if len(args.seeds) > 1 else ''} {' '.join(map(str, args.seeds))}"
-    title = f"{figure} ({', '.join(args.envs)}; {args.distribution_mode}; {seeds})"
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 4), squeeze=False)
-    fig.suptitle(title, fontsize="medium")
-    return fig, list(axes[0])
-
-
-def save_figure(fig, out):
-    import matplotlib.pyplot as plt
-    for ax in fig.axes:
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="x-small")
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-
-
-def plot_band(ax, stats, label, colour=None, linestyle="-"):
-    """A mean curve with a +-1 std band (stats from mean_curve / env_mean_curve); None draws nothing."""
-    if stats is None:
-        return
-    line, = ax.plot(stats["x"], stats["mean"], color=colour, linestyle=linestyle, label=label)
-    if stats["n"] > 1:
-        ax.fill_between(stats["x"], stats["mean"] - stats["std"], stats["mean"] + stats["std"],
-                        color=line.get_color(), alpha=0.15, linewidth=0)
-
-
-def plot_curves_by(ax, loaded, tag, values, label, smooth_k, normalize, **match):
-    """Learning curves (mean over games, then mean +- std over seeds) of the runs whose tags match
-    `match`, one per value of tag `tag`, coloured in order along viridis. smooth_k: a window in
-    iterations, or a function of the value giving one (Fig. 2 smooths over the same env steps)."""
-    import matplotlib.pyplot as plt
-    for i, value in enumerate(values):
-        members = [r for r in loaded if r["tags"].get(tag) == value
-                   and all(r["tags"].get(k) == v for k, v in match.items())]
-        k = smooth_k(value) if callable(smooth_k) else smooth_k
-        plot_band(ax, env_mean_curve(members, smooth_k=k, normalize=normalize), label(value),
-                  plt.get_cmap("viridis")(i / max(1, len(values) - 1)))
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("normalised return" if normalize else "episodic return")
-
-
-def plot_final(ax, finals, labels, xlabel, ylabel):
-    """One errorbar line per variant through {(variant, x): seed_stats}: mean +- std over seeds."""
-    for variant, label in labels.items():
-        points = sorted((x, s) for (v, x), s in finals.items() if v == variant)
-        if points:
-            ax.errorbar([x for x, _ in points], [s["mean"] for _, s in points], yerr=[s["std"] for _, s in points],
-                        marker="o", capsize=3, label=label)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-
-
-def final_label(metric):
-    return "final normalised return" if metric == "normalized" else "final return"
-
 
 # --- Command line shared by the runners ----------------------------------------------------------------
 # Rough env-steps/s of one run pinned to one core of the 2-core dev machine at 16 envs x 64 steps
@@ -609,9 +330,9 @@ def sweep_main(args, runs, tag_names, summary_name, figure_name, make_figure):
     loaded = run_sweep(args, runs)
     if loaded is None:
         return None
-    rows = summary_rows(loaded, tag_names, args.final_frac)
+    rows = analysis.summary_rows(loaded, tag_names, args.final_frac)
     summary, figure = os.path.join(args.runs_dir, summary_name), os.path.join(args.runs_dir, figure_name)
-    write_csv(summary, rows)
+    analysis.write_csv(summary, rows)
     if rows:
         make_figure(loaded, rows, args, figure)
         print(f"figure {figure}\nsummary {summary}")

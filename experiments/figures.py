@@ -1,0 +1,78 @@
+"""The figure runners' panels: a titled row of subplots, mean +- std bands, learning curves per
+setting, final return against a setting, and saving the figure.
+
+    subplots()        a row of panels titled with the figure and the sweep's games, difficulty and seeds
+    plot_band()       one mean curve with its +-1 std band
+    plot_curves_by()  one such curve per value of a tag (staleness, batch divisor, ...)
+    plot_final()      final return against a setting, one errorbar line per variant; final_label() its axis
+    save_figure()     grid, legends, layout, PNG
+
+The statistics come from analysis.py; matplotlib is imported (Agg backend) only when a figure is drawn.
+"""
+import os
+
+import analysis
+
+
+def subplots(n, figure, args):
+    """A row of n panels titled `figure` plus the games, difficulty and seeds of the sweep."""
+    seeds = f"seed{'s' if len(args.seeds) > 1 else ''} {' '.join(map(str, args.seeds))}"
+    title = f"{figure} ({', '.join(args.envs)}; {args.distribution_mode}; {seeds})"
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 4), squeeze=False)
+    fig.suptitle(title, fontsize="medium")
+    return fig, list(axes[0])
+
+
+def save_figure(fig, out):
+    import matplotlib.pyplot as plt
+    for ax in fig.axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def plot_band(ax, stats, label, colour=None, linestyle="-"):
+    """A mean curve with a +-1 std band (stats from mean_curve / env_mean_curve); None draws nothing."""
+    if stats is None:
+        return
+    line, = ax.plot(stats["x"], stats["mean"], color=colour, linestyle=linestyle, label=label)
+    if stats["n"] > 1:
+        ax.fill_between(stats["x"], stats["mean"] - stats["std"], stats["mean"] + stats["std"],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
+
+
+def plot_curves_by(ax, loaded, tag, values, label, smooth_k, normalize, **match):
+    """Learning curves (mean over games, then mean +- std over seeds) of the runs whose tags match
+    `match`, one per value of tag `tag`, coloured in order along viridis. smooth_k: a window in
+    iterations, or a function of the value giving one (Fig. 2 smooths over the same env steps)."""
+    import matplotlib.pyplot as plt
+    for i, value in enumerate(values):
+        members = [r for r in loaded if r["tags"].get(tag) == value
+                   and all(r["tags"].get(k) == v for k, v in match.items())]
+        k = smooth_k(value) if callable(smooth_k) else smooth_k
+        plot_band(ax, analysis.env_mean_curve(members, smooth_k=k, normalize=normalize), label(value),
+                  plt.get_cmap("viridis")(i / max(1, len(values) - 1)))
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("normalised return" if normalize else "episodic return")
+
+
+def plot_final(ax, finals, labels, xlabel, ylabel):
+    """One errorbar line per variant through {(variant, x): seed_stats}: mean +- std over seeds."""
+    for variant, label in labels.items():
+        points = sorted((x, s) for (v, x), s in finals.items() if v == variant)
+        if points:
+            ax.errorbar([x for x, _ in points], [s["mean"] for _, s in points], yerr=[s["std"] for _, s in points],
+                        marker="o", capsize=3, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
+def final_label(metric):
+    return "final normalised return" if metric == "normalized" else "final return"
