@@ -62,7 +62,7 @@ def parse_args(argv=None):
                    help="divisors at which the ablations run (default: every divisor > 1; --quick: the largest)")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="default: all five")
     sweep.add_ppg_flags(p)
-    args = sweep.parse_sweep_args(p, argv, PAPER, QUICK)
+    args = sweep.parse_sweep_args(p, argv, PAPER, QUICK, tiny={"divisors": [1, 4]})  # the tiny preset has 4 envs
     if args.ablation_divisors is None:  # --quick: only at the largest divisor
         larger = [c for c in args.divisors if c > 1]
         args.ablation_divisors = larger[-1:] if args.quick or args.tiny else larger

@@ -267,10 +267,10 @@ def add_ppg_flags(parser):
     parser.add_argument("--e-aux", type=int, help="PPG auxiliary epochs (paper: 6)")
 
 
-def parse_sweep_args(parser, argv, paper, quick):
+def parse_sweep_args(parser, argv, paper, quick, tiny=None):
     """Parse, then fill every flag left unset from the tiny, quick or paper preset (in that order)."""
     args = parser.parse_args(argv)
-    preset = {**paper, **(quick if args.quick or args.tiny else {}), **(TINY if args.tiny else {})}
+    preset = {**paper, **(quick if args.quick or args.tiny else {}), **({**TINY, **(tiny or {})} if args.tiny else {})}
     for dest, value in preset.items():
         if dest != "runs_dir" and getattr(args, dest, None) is None:
             setattr(args, dest, value)
