@@ -616,7 +616,8 @@ def add_machinery_flags(a):
     a("--eval-interval", type=POSITIVE, default=10, help="iterations between evaluations")
     a("--evaluate", metavar="RUN_DIR", help="evaluate RUN_DIR's saved agent without training (default 10 episodes)")
     a("--micro-batch-size", type=NON_NEGATIVE, default=None,
-      help="split each minibatch into gradient-accumulated micro-batches (same gradient); default 128 on CPU, 0 (off) on GPU")
+      help="split each minibatch into gradient-accumulated micro-batches (same gradient); default on a CPU 16 per "
+           "torch thread, at least 32; 0 (off) on a GPU")
     a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (faster, changes numerics: off by default)")
     a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
 MAX_LEVEL = 2 ** 31 - 1  # Procgen's seeds and level numbers are 32-bit signed integers
@@ -782,6 +783,13 @@ def configure_cnns(nets, bf16, compile):
         cnn.bf16 = bf16
         if compile:
             cnn.compile()
+
+
+def default_micro_batch_size(device):
+    """--micro-batch-size's default: 0 (off) on a GPU. On a CPU the network is ~99% of the time and is fastest when a
+    micro-batch's activations stay in cache: 32 was the fastest of 16 to 128 on 1 and 2 threads, for ppo.py and
+    ppo_ewma.py alike (docs/results.md); more threads get 16 samples each (not measured here)."""
+    return max(32, 16 * torch.get_num_threads()) if device.type == "cpu" else 0
 
 
 # --- Evaluation and videos -----------------------------------------------------------------------------------
@@ -960,10 +968,10 @@ class Run:
         self.rank, self.world_size, self.device = setup_workers(args)
         self.is_main = self.rank == 0
         self.print = print if self.is_main else (lambda *a, **k: None)
-        if args.micro_batch_size is None:  # on a CPU the network is ~99% of the time: micro-batches of 128 ran 1.57x faster
-            args.micro_batch_size = 128 if self.device.type == "cpu" else 0
         # every core this process may use, shared with the other workers on this machine
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+        if args.micro_batch_size is None:
+            args.micro_batch_size = default_micro_batch_size(self.device)
         random.seed(args.seed + self.rank)
         np.random.seed(args.seed + self.rank)
         torch.manual_seed(args.seed + self.rank)

@@ -6,6 +6,8 @@
 
 Runs mode: each script (with each option set) trains for --iterations iterations in its own process;
 the per-iteration `sps` and time split are read back from progress.csv, skipping --warmup iterations.
+With --repeats R every script runs R times, in alternating order (ppo, ppo_ewma, ..., then reversed), and
+each figure is the median over all R x --iterations measured iterations.
 PPG scripts run with --n-pi equal to the measured iterations so that an aux phase is included (its cost
 per env step does not depend on N_pi: every rollout is trained E_aux times). Ratios are within one run
 of this benchmark, on one machine: compare only those.
@@ -15,6 +17,7 @@ import csv
 import glob
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,28 +40,31 @@ def run_script(script, options, args, workdir):
         sys.exit(f"bench_speed.py: {' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     run_dir = max(glob.glob(os.path.join(workdir, f"*__bench_{script}__*")), key=os.path.getmtime)
     rows = list(csv.DictReader(open(os.path.join(run_dir, "progress.csv"))))[args.warmup:]
-    seconds = sum(batch / float(r["sps"]) for r in rows)
 
-    def total(column):
-        return sum(float(r[column]) for r in rows if r.get(column))
-    return {"script": script, "options": options or "(default)", "sps": len(rows) * batch / seconds,
-            "env_s": total("env_time_s"), "rollout_fwd_s": total("rollout_time_s") - total("env_time_s"),
-            "update_s": total("update_time_s"), "aux_s": total("aux_time_s"), "total_s": seconds,
-            "wall_s": time.time() - start}
+    def column(row, name):
+        return float(row[name]) if row.get(name) else 0.0
+    return [{"sps": float(r["sps"]), "env_s": column(r, "env_time_s"),
+             "rollout_fwd_s": column(r, "rollout_time_s") - column(r, "env_time_s"),
+             "update_s": column(r, "update_time_s"), "aux_s": column(r, "aux_time_s")} for r in rows]
 
 
 def runs_mode(args):
-    results = []
+    runs = [(script, options) for script in args.scripts for options in args.options]
+    measured = {run: [] for run in runs}
     with tempfile.TemporaryDirectory() as workdir:
-        for script in args.scripts:
-            for options in args.options:
-                r = run_script(script, options, args, workdir)
-                results.append(r)
-                print(f"  {r['script']} {r['options']}: {r['sps']:.0f} SPS", file=sys.stderr, flush=True)
+        for repeat in range(args.repeats):
+            for script, options in (runs if repeat % 2 == 0 else runs[::-1]):  # interleaved: alternate the order
+                rows = run_script(script, options, args, workdir)
+                measured[(script, options)] += rows
+                print(f"  {script} {options or '(default)'}: " + " ".join(f"{r['sps']:.0f}" for r in rows) + " SPS",
+                      file=sys.stderr, flush=True)
+    results = [{"script": script, "options": options or "(default)",
+                **{k: statistics.median(r[k] for r in measured[(script, options)]) for k in measured[(script, options)][0]}}
+               for script, options in runs]
     base = {r["options"]: r["sps"] for r in results if r["script"] == "ppo"}
     default = {r["script"]: r["sps"] for r in results if r["options"] == (args.options[0] or "(default)")}
-    print(f"\n{args.num_envs} envs x {args.num_steps} steps, {args.iterations} measured iterations after "
-          f"{args.warmup} warm-up; {args.extra or 'default hyperparameters'}")
+    print(f"\n{args.num_envs} envs x {args.num_steps} steps, {args.repeats} x {args.iterations} measured iterations "
+          f"after {args.warmup} warm-up, medians; {args.extra or 'default hyperparameters'}")
     header = (f"{'script':<9} {'options':<24} {'SPS':>7} {'vs ppo.py':>9} {'vs 1st opt':>10} {'env s':>7} "
               f"{'rollout fwd s':>13} {'update s':>8} {'aux s':>7}")
     print(header + "\n" + "-" * len(header))
@@ -102,11 +108,13 @@ def pieces_mode(args):
     forward = (time.perf_counter() - t) / 20
     argv = ["--num-envs", str(n), "--num-steps", str(steps), "--no-cuda"] + shlex.split(args.extra)
     cfg = ppo.parse_args(argv)
-    cfg.micro_batch_size = cfg.micro_batch_size if cfg.micro_batch_size is not None else (128 if device.type == "cpu" else 0)
+    if cfg.micro_batch_size is None:
+        cfg.micro_batch_size = ppo.default_micro_batch_size(device)
     b = n * steps
     batch = {"obs": torch.randint(0, 256, (b, 64, 64, 3), dtype=torch.uint8, device=device),
              "actions": torch.randint(0, 15, (b,), device=device), "advantages": torch.randn(b, device=device),
-             "returns": torch.randn(b, device=device), "logp_behav": torch.full((b,), -2.7, device=device)}
+             "returns": torch.randn(b, device=device), "logp_behav": torch.full((b,), -2.7, device=device),
+             "adv_mean": torch.tensor(0.0, device=device), "adv_std": torch.tensor(1.0, device=device)}
     batch["logp_old"] = batch["logp_behav"]
     optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate)
     t = time.perf_counter()
@@ -131,6 +139,7 @@ def main():
     p.add_argument("--num-steps", type=int, default=256)
     p.add_argument("--iterations", type=int, default=2, help="measured iterations per run")
     p.add_argument("--warmup", type=int, default=1, help="iterations skipped at the start of each run")
+    p.add_argument("--repeats", type=int, default=1, help="runs per script, in alternating order; medians over all")
     p.add_argument("--extra", default="", help="more arguments for every run, e.g. --extra=--no-cuda or --extra ' --bf16 --compile'")
     p.add_argument("--pieces", action="store_true", help="time the pieces instead of whole runs")
     p.add_argument("--no-cuda", action="store_true", help="with --pieces: stay on the CPU")

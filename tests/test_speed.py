@@ -1,6 +1,7 @@
 """Speed options change the speed, never the maths or the recorded hyperparameters."""
 import copy
 import json
+import math
 import os
 
 import torch
@@ -58,10 +59,10 @@ def test_micro_batches_give_the_same_parameters_after_an_optimiser_step(script):
 def test_speed_options_run_and_leave_the_hyperparameters_alone(tmp_path):
     """--bf16 and --micro-batch-size change only their own keys in config.json."""
     base, _ = run_tiny("ppo_ewma", tmp_path / "base", iterations=1)
-    fast, rows = run_tiny("ppo_ewma", tmp_path / "fast", "--bf16", "--micro-batch-size", "32", iterations=1)
+    fast, rows = run_tiny("ppo_ewma", tmp_path / "fast", "--bf16", "--micro-batch-size", "16", iterations=1)
     a, b = (json.load(open(os.path.join(d, "config.json"))) for d in (base, fast))
     assert {k for k in a if a[k] != b[k]} == {"bf16", "micro_batch_size", "runs_dir"}
-    assert float(rows[0]["policy_loss"]) == float(rows[0]["policy_loss"])  # finite, not NaN
+    assert math.isfinite(float(rows[0]["policy_loss"]))
 
 
 def test_bf16_autocast_stays_inside_the_cnn():
