@@ -185,9 +185,8 @@ class ImpalaCNN(nn.Module):
         super().__init__()
         # Each residual conv is scaled so that a stage's 2 blocks and the 3 stages add unit variance:
         # sqrt(1/sqrt(3 stages) / sqrt(2 blocks)) = 6 ** -0.25 ~ 0.64 (official code).
-        scale, in_ch = 6 ** -0.25, 3
-        self.stages = nn.Sequential(*[ConvSequence(c_in, c_out, scale)
-                                      for c_in, c_out in zip((in_ch,) + channels[:-1], channels)])
+        scale = 6 ** -0.25
+        self.stages = nn.Sequential(*[ConvSequence(c_in, c_out, scale) for c_in, c_out in zip((3,) + channels[:-1], channels)])
         self.dense = normed(nn.Linear(channels[-1] * 8 * 8, out_features), 1.4)
         self.bf16 = False  # --bf16: autocast inside the CNN only; heads and losses stay float32
 
@@ -252,8 +251,7 @@ def collect_rollout(envs, agent, next_obs, next_first, num_steps):
     """Run the behaviour policy (the current network) for num_steps steps in every environment. The rollout also
     carries the frame after it (for the bootstrap value), and its finished episodes and timings (for the log)."""
     start, device = time.perf_counter(), next_obs.device
-    rollout = new_rollout(num_steps, envs.num_envs, device)
-    rollout.update(episode_returns=[], episode_lengths=[], env_time_s=0.0)
+    rollout = dict(new_rollout(num_steps, envs.num_envs, device), episode_returns=[], episode_lengths=[], env_time_s=0.0)
     for t in range(num_steps):
         rollout["obs"][t], rollout["firsts"][t] = next_obs, next_first
         logits, value = agent(next_obs)
@@ -284,9 +282,8 @@ class RewardNormalizer(nn.Module):
         super().__init__()
         self.gamma, self.clip, self.eps = gamma, clip, eps
         self.register_buffer("ret", torch.zeros(num_envs))  # each env's running discounted return
-        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
-        self.register_buffer("var", torch.ones((), dtype=torch.float64))
-        self.register_buffer("count", torch.full((), 1e-4, dtype=torch.float64))
+        for name, start in (("mean", 0.0), ("var", 1.0), ("count", 1e-4)):  # the running moments of all returns
+            self.register_buffer(name, torch.tensor(start, dtype=torch.float64))
 
     def forward(self, rewards, firsts):
         returns = torch.empty_like(rewards)
@@ -416,10 +413,9 @@ def update(agent, optimizer, batch, args):
 
 
 def minibatches(args, device):
-    """One epoch's minibatches, as indices into the batch flattened from (num_steps, num_envs). --minibatch-by env,
-    as the official code: each minibatch is whole environments' trajectories; with more minibatches than
-    environments, each trajectory is cut into consecutive time chunks (environments shuffled, chunks in time
-    order). --minibatch-by step, as CleanRL: shuffled single timesteps. Either way every step once per epoch."""
+    """One epoch's minibatches: indices into the batch flattened from (num_steps, num_envs), every step once. By env
+    (official code): whole trajectories of shuffled envs, cut in time when minibatches outnumber envs; by step
+    (CleanRL): shuffled single steps."""
     t, n, m = args.num_steps, args.num_envs, args.num_minibatches
     if args.minibatch_by == "step":
         return torch.randperm(t * n, device=device).chunk(m)

@@ -3,13 +3,14 @@
     python experiments/bench_speed.py                      # the four scripts at the default config
     python experiments/bench_speed.py --options "" " --micro-batch-size 0" " --bf16"   # leading space: a value, not a flag
     python experiments/bench_speed.py --pieces             # env step, policy forward, one update: the ceiling
+    python experiments/bench_speed.py --micro-sweep 16 32 64 128   # ppo.py's and ppo_ewma.py's update per micro-batch
 
 Runs mode: each script (with each option set) trains for --iterations iterations in its own process;
 the per-iteration `sps` and time split are read back from progress.csv, skipping --warmup iterations.
 With --repeats R every script runs R times, in alternating order (ppo, ppo_ewma, ..., then reversed), and
 each figure is the median over all R x --iterations measured iterations.
-PPG scripts run with --n-pi equal to the measured iterations so that an aux phase is included (its cost
-per env step does not depend on N_pi: every rollout is trained E_aux times). Ratios are within one run
+PPG scripts run with --n-pi 1, so that every iteration has its auxiliary phase and iterations are alike (the aux
+phase's cost per env step does not depend on N_pi: every rollout is trained E_aux times). Ratios are within one run
 of this benchmark, on one machine: compare only those.
 """
 import argparse
@@ -32,7 +33,7 @@ def run_script(script, options, args, workdir):
     batch = args.num_envs * args.num_steps
     cmd = [sys.executable, os.path.join(ROOT, f"{script}.py"), "--env-id", args.env_id, "--num-envs", str(args.num_envs),
            "--num-steps", str(args.num_steps), "--total-timesteps", str(iterations * batch), "--runs-dir", workdir,
-           "--exp-name", f"bench_{script}"] + (["--n-pi", str(args.iterations)] if script.startswith("ppg") else [])
+           "--exp-name", f"bench_{script}"] + (["--n-pi", "1"] if script.startswith("ppg") else [])
     cmd += shlex.split(options) + shlex.split(args.extra)
     start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -130,6 +131,49 @@ def pieces_mode(args):
     print(f"serial ceiling: {b / iteration:,.0f} SPS for ppo.py (rollout + update, nothing else)")
 
 
+def micro_sweep_mode(args):
+    """The scripts' own update() on random data, one epoch over 2 minibatches of 2048 (the default minibatch), for
+    each micro-batch size: ppo.py and ppo_ewma.py alternately, --repeats times each, medians. On the CPU, with
+    the threads this process may use (pin it with taskset to measure fewer)."""
+    import statistics
+    import torch
+    sys.path.insert(0, ROOT)
+    import ppo
+    import ppo_ewma
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    size = 4096
+
+    def make_update(module, micro):
+        cfg = module.parse_args(["--num-envs", "64", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs",
+                                 "1", "--micro-batch-size", str(micro), "--no-cuda"])
+        torch.manual_seed(0)
+        agent = module.Agent(15)
+        optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate)
+        g = torch.Generator().manual_seed(0)
+        batch = {"obs": torch.randint(0, 256, (size, 64, 64, 3), dtype=torch.uint8, generator=g),
+                 "actions": torch.randint(0, 15, (size,), generator=g), "advantages": torch.randn(size, generator=g),
+                 "returns": torch.randn(size, generator=g), "logp_behav": torch.full((size,), -2.7),
+                 "adv_mean": torch.tensor(0.0), "adv_std": torch.tensor(1.0)}
+        batch["logp_old"] = batch["logp_behav"]
+        extra = (module.EWMA(agent, cfg.beta_prox),) if module is ppo_ewma else ()
+        return lambda: module.update(agent, optimizer, batch, cfg, *extra)
+    print(f"update() of {size} samples (2 minibatches of 2048, 1 epoch), {torch.get_num_threads()} torch threads, "
+          f"median of {args.repeats} interleaved repeats")
+    print(f"{'micro-batch':>11} {'ppo.py s':>9} {'ppo_ewma.py s':>13} {'time ratio':>10}")
+    for micro in args.micro_sweep:
+        updates = {"ppo": make_update(ppo, micro), "ppo_ewma": make_update(ppo_ewma, micro)}
+        times = {name: [] for name in updates}
+        for fn in updates.values():
+            fn()  # warm-up
+        for _ in range(args.repeats):
+            for name, fn in updates.items():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+        a, b = statistics.median(times["ppo"]), statistics.median(times["ppo_ewma"])
+        print(f"{micro:>11} {a:9.2f} {b:13.2f} {b / a:10.3f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=SCRIPTS)
@@ -143,8 +187,9 @@ def main():
     p.add_argument("--extra", default="", help="more arguments for every run, e.g. --extra=--no-cuda or --extra ' --bf16 --compile'")
     p.add_argument("--pieces", action="store_true", help="time the pieces instead of whole runs")
     p.add_argument("--no-cuda", action="store_true", help="with --pieces: stay on the CPU")
+    p.add_argument("--micro-sweep", nargs="+", type=int, metavar="M", help="time the update at these micro-batch sizes")
     args = p.parse_args()
-    pieces_mode(args) if args.pieces else runs_mode(args)
+    micro_sweep_mode(args) if args.micro_sweep else pieces_mode(args) if args.pieces else runs_mode(args)
 
 
 if __name__ == "__main__":
