@@ -154,3 +154,17 @@ def test_non_finite_parameter_is_named(tmp_path, monkeypatch):
         ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
     assert "iteration 1: non-finite parameter v_head.weight" in str(exit_info.value.code)
     assert "no checkpoint was written" in str(exit_info.value.code)
+
+
+def test_exploding_losses_warn_once_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    """A value loss of 1e28 is finite, so nothing stops the run, but the user is told, once."""
+    ppo = load("ppo")
+    real_update = ppo.update
+
+    def exploding_update(*args, **kwargs):
+        return {**real_update(*args, **kwargs), "value_loss": 1e28}
+    monkeypatch.setattr(ppo, "update", exploding_update)
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "384"))
+    err = capsys.readouterr().err
+    assert len(read_progress(run_dir)) == 3
+    assert err.count("warning:") == 1 and "iteration 1: value_loss = 1e+28: the run is diverging" in err
