@@ -738,8 +738,9 @@ def configure_cnns(nets, bf16, compile):
 
 def default_micro_batch_size(device):
     """--micro-batch-size's default: 0 (off) on a GPU. On a CPU the network is ~99% of the time and is fastest when a
-    micro-batch's activations stay in cache: 32 was the fastest of 16 to 128 on 1 and 2 threads, for ppo.py and
-    ppo_ewma.py alike (docs/results.md); more threads get 16 samples each (not measured here)."""
+    micro-batch's activations stay in cache: on 1 and 2 threads 16 to 64 were equally fast within noise and 128 was
+    1.3-1.5x slower, for ppo.py and ppo_ewma.py alike (docs/results.md); more threads get 16 samples each (not
+    measured here)."""
     return max(32, 16 * torch.get_num_threads()) if device.type == "cpu" else 0
 
 
