@@ -11,12 +11,12 @@ import argparse
 import collections
 import contextlib
 import csv
+import fcntl
 import io
 import json
 import math
 import os
 import platform
-import random
 import re
 import shlex
 import signal
@@ -30,62 +30,132 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+with contextlib.redirect_stderr(io.StringIO()):  # procgen imports gym, which prints a notice about its own end
+    import procgen
+
 
 # --- Arguments -----------------------------------------------------------------------------------
 def parse_args(argv=None):
-    p = ArgumentParser(prog=os.path.basename(__file__), description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog=SCRIPT, description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # every flag's help shows its default
     a = p.add_argument
     # experiment
-    a("--exp-name", default=os.path.basename(__file__)[:-3], help="name used in the run folder")
-    a("--seed", type=number(int, f"[0, {MAX_SEED}]"), default=1, help="seeds python, numpy, torch and Procgen")
+    a("--exp-name", default=SCRIPT[:-3], help="name used in the run folder")
+    a("--seed", type=number(int, f"[0, {MAX_SEED}]"), default=1, help="seeds torch and Procgen")
     a("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU if there is one")
-    a("--runs-dir", default="runs", help="parent folder of the run folder")
+    a("--runs-dir", type=os.path.expanduser, default="runs", help="parent folder of the run folder")
     # environment (Procgen, Cobbe et al. 2019)
     a("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME", help="one of the 16 Procgen games")
     a("--distribution-mode", default="easy", choices=("easy", "hard"), help="the paper used hard")
-    a("--num-levels", type=number(int, f"[0, {MAX_LEVEL}]"), default=0, help="number of training levels (0 = unlimited)")
+    a("--num-levels", type=number(int, f"[0, {MAX_LEVEL}]"), default=0,
+      help="number of training levels (0 = unlimited)")
     a("--start-level", type=number(int, f"[0, {MAX_LEVEL}]"), default=0, help="first training level")
     a("--total-timesteps", type=POSITIVE, default=25_000_000, help="env steps in the whole run")
     a("--num-envs", type=POSITIVE, default=64, help="parallel environments (N)")
     a("--num-steps", type=POSITIVE, default=256, help="steps per environment per rollout (T)")
     # optimisation (Appendix B, Tables 1 and 3)
     a("--num-minibatches", type=POSITIVE, default=8, help="minibatches per epoch")
-    a("--minibatch-by", default="env", choices=("env", "step"), help="whole trajectories (official code) or steps (CleanRL)")
+    a("--minibatch-by", default="env", choices=("env", "step"),
+      help="whole trajectories (official code) or steps (CleanRL)")
     a("--n-pi", type=POSITIVE, default=32, help="policy iterations per phase (N_pi)")
     a("--e-pi", type=POSITIVE, default=1, help="policy epochs per policy-phase iteration (E_pi)")
     a("--e-v", type=POSITIVE, default=1, help="value epochs per policy-phase iteration (E_V)")
     a("--e-aux", type=POSITIVE, default=6, help="auxiliary phase epochs (E_aux)")
-    a("--beta-clone", type=number(float, "[0, inf)"), default=1.0, help="auxiliary phase cloning coefficient (beta_clone)")
+    a("--beta-clone", type=number(float, "[0, inf)"), default=1.0,
+      help="auxiliary phase cloning coefficient (beta_clone)")
     a("--learning-rate", type=number(float, "(0, inf)"), default=5e-4, help="Adam step size (alpha)")
     a("--gamma", type=number(float, "[0, 1]"), default=0.999, help="discount (gamma)")
     a("--gae-lambda", type=number(float, "[0, 1]"), default=0.95, help="GAE bootstrapping parameter (lambda)")
-    a("--clip-coef", type=number(float, "[0, 1)"), default=0.2, help="PPO clipping parameter (epsilon); 0 = no clipping")
-    a("--kl-penalty", type=number(float, "[0, inf)"), default=0.0, help="KL penalty coefficient (beta in eq. 8); 0 = off")
+    a("--clip-coef", type=number(float, "[0, 1)"), default=0.2,
+      help="PPO clipping parameter (epsilon), below 1 as log(1 - epsilon) must exist; 0 = no clipping")
+    a("--kl-penalty", type=number(float, "[0, inf)"), default=0.0,
+      help="KL penalty coefficient (beta in eq. 8); 0 = off")
     a("--ent-coef", type=number(float, "[0, inf)"), default=0.01, help="entropy coefficient")
     a("--vf-coef", type=number(float, "[0, inf)"), default=0.5, help="value function coefficient")
-    a("--max-grad-norm", type=number(float, "[0, inf)"), default=0.0, help="gradient norm clip; 0 = off (official code)")
+    a("--max-grad-norm", type=number(float, "[0, inf)"), default=0.0,
+      help="gradient norm clip; 0 = off (official code)")
     a("--norm-reward", action=argparse.BooleanOptionalAction, default=True, help="reward normalisation")
     a("--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="advantage normalisation")
-    a("--adv-ewma-decay", type=number(float, "[0, 1)"), default=0.0, help="EWMA decay of advantage statistics (Section 4)")
+    a("--adv-ewma-decay", type=number(float, "[0, 1)"), default=0.0,
+      help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
-    a("--old-policy", default="behav", choices=("behav", "recent"),
-      help="the single old policy: behav = the data's collector, recent = the policy before this iteration (Section 5.1)")
+    a("--old-policy", default="behav", choices=("behav", "recent"), help="the single old policy: behav = the data's "
+      "collector, recent = the policy before this iteration (Section 5.1)")
     a("--imp-samp-max", type=number(float, "0 or [1, inf)"), default=100.0,
       help="cap on the importance weight pi_theta/pi_old (App. B); 0 = no cap")
     a("--staleness", type=NON_NEGATIVE, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=POSITIVE, default=1, help="divide the batch size by C with Section 4's adjustments")
-    a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS, help="with --batch-divisor: drop one adjustment (repeatable)")
-    a("--adam-beta-adjust", action="store_true", help="with --batch-divisor: raise Adam's betas to the power 1/C (Appendix D)")
-    add_machinery_flags(a)  # long runs, watching and testing the agent, speed (appendix)
+    a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS,
+      help="with --batch-divisor: drop one adjustment (repeatable)")
+    a("--adam-beta-adjust", action="store_true",
+      help="with --batch-divisor: raise Adam's betas to the power 1/C (Appendix D)")
+    # long runs, watching and testing the agent, speed
+    a("--save-model", action="store_true", help="write checkpoint.pt every --save-interval iterations and at the end")
+    a("--save-interval", type=POSITIVE, default=10, help="iterations between checkpoints")
+    a("--resume", metavar="RUN_DIR", type=os.path.expanduser, help="continue the run in RUN_DIR from its checkpoint")
+    a("--capture-video", action="store_true", help="save a GIF of one episode every --video-interval iterations")
+    a("--video-interval", type=POSITIVE, default=50, help="iterations between videos")
+    a("--eval-episodes", type=NON_NEGATIVE, default=0, help="episodes on held-out levels per evaluation (0 = off)")
+    a("--eval-interval", type=POSITIVE, default=10, help="iterations between evaluations")
+    a("--evaluate", metavar="RUN_DIR", type=os.path.expanduser,
+      help="evaluate RUN_DIR's saved agent without training (default 10 episodes)")
+    a("--micro-batch-size", type=NON_NEGATIVE, help="split each minibatch into gradient-accumulated micro-batches "
+      "(the same gradient); default: none on a GPU, on a CPU 16 per thread and at least 32, which stay in its caches")
+    a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (faster on a GPU, changes numerics)")
+    a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
     args = p.parse_args(argv)
     if args.resume or args.evaluate:
-        return resume_args(p, argv, args)  # the run's own config.json
-    if args.batch_divisor > 1 and args.e_pi != 1:
-        p.error(f"argument --batch-divisor: needs --e-pi 1 (Section 4), got {args.e_pi}")
-    check_args(p, args)  # every other argument that depends on others, before anything is written
-    apply_batch_size_invariance(args)
+        args = resume_args(p, argv, args)  # the run's own config.json
+    else:
+        if args.batch_divisor > 1 and args.e_pi != 1:
+            p.error(f"argument --batch-divisor: needs --e-pi 1 (Section 4), got {args.e_pi}")
+        check_args(p, args)  # every other argument that depends on others, before anything is written
+        apply_batch_size_invariance(args)
+    if args.micro_batch_size is None:  # on a CPU sizes 16-64 ran alike, 128 1.3-1.5x slower (docs/results.md)
+        args.micro_batch_size = 0 if args.cuda and torch.cuda.is_available() else max(32, 16 * cpu_threads())
     return args
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that answers bad input with one line on stderr and exit code 2: no usage dump, no traceback."""
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # "-1e-3" and "-inf" are values (then refused with the allowed range), not unknown flags
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.I)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def number(kind, allowed):
+    """argparse type: a finite `kind` in `allowed`, an interval written as in maths ("[0, 1)", "(0, inf)"),
+    optionally "0 or [1, inf)"; anything else is refused with a message naming it."""
+    zero, left, low, high, right = re.fullmatch(r"(0 or )?([\[(])(\S+), (\S+)([\])])", allowed).groups()
+
+    def parse(text):
+        try:
+            x = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in {allowed}, "
+                                             f"got {text!r}")
+        inside = ((x > float(low) if left == "(" else x >= float(low)) and
+                  (x < float(high) if right == ")" else x <= float(high)))
+        if not math.isfinite(x) or not (inside or (zero and x == 0)):
+            raise argparse.ArgumentTypeError(f"must be in {allowed}, got {text}")
+        return x
+    return parse
+
+
+def cpu_threads():  # the cores this process may use, shared with the other workers on this machine
+    return max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+
+
+SCRIPT = os.path.basename(__file__)
+POSITIVE, NON_NEGATIVE = number(int, "[1, inf)"), number(int, "[0, inf)")
+MAX_LEVEL = 2 ** 31 - 1  # Procgen's seeds and level numbers are 32-bit signed integers
+MAX_SEED = MAX_LEVEL - 100_000_000  # room for the per-worker and evaluation seed offsets
+
+
 
 
 # --- Batch-size invariance (Section 4) -------------------------------------------------------------------
@@ -125,7 +195,7 @@ class ProcgenVecEnv(gym.vector.VectorEnv):
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
-        self.venv = import_procgen().ProcgenGym3Env(
+        self.venv = procgen.ProcgenGym3Env(
             num=num_envs, env_name=env_id, distribution_mode=distribution_mode, num_levels=num_levels,
             start_level=start_level, rand_seed=seed, num_threads=min(16, len(os.sched_getaffinity(0))))
         self.num_envs = num_envs
@@ -186,7 +256,8 @@ class ImpalaCNN(nn.Module):
         # Each residual conv is scaled so that a stage's 2 blocks and the 3 stages add unit variance:
         # sqrt(1/sqrt(3 stages) / sqrt(2 blocks)) = 6 ** -0.25 ~ 0.64 (official code).
         scale = 6 ** -0.25
-        self.stages = nn.Sequential(*[ConvSequence(c_in, c_out, scale) for c_in, c_out in zip((3,) + channels[:-1], channels)])
+        self.stages = nn.Sequential(*[ConvSequence(c_in, c_out, scale)
+                                      for c_in, c_out in zip((3,) + channels[:-1], channels)])
         self.dense = normed(nn.Linear(channels[-1] * 8 * 8, out_features), 1.4)
         self.bf16 = False  # --bf16: autocast inside the CNN only; heads and losses stay float32
 
@@ -249,9 +320,10 @@ def new_rollout(num_steps, num_envs, device):
 @torch.no_grad()
 def collect_rollout(envs, agent, next_obs, next_first, num_steps):
     """Run the behaviour policy (the current network) for num_steps steps in every environment. The rollout also
-    carries the frame after it (for the bootstrap value), and its finished episodes and timings (for the log)."""
+    carries the frame after it (for the bootstrap value); beside it, for the log: its finished episodes and times."""
     start, device = time.perf_counter(), next_obs.device
-    rollout = dict(new_rollout(num_steps, envs.num_envs, device), episode_returns=[], episode_lengths=[], env_time_s=0.0)
+    rollout = new_rollout(num_steps, envs.num_envs, device)
+    log = {"episode_returns": [], "episode_lengths": [], "env_time_s": 0.0}
     for t in range(num_steps):
         rollout["obs"][t], rollout["firsts"][t] = next_obs, next_first
         logits, value = agent(next_obs)
@@ -261,23 +333,23 @@ def collect_rollout(envs, agent, next_obs, next_first, num_steps):
         action = action.cpu().numpy()  # the one host sync per step
         env_start = time.perf_counter()
         obs, reward, terminated, truncated, info = envs.step(action)
-        rollout["env_time_s"] += time.perf_counter() - env_start
+        log["env_time_s"] += time.perf_counter() - env_start
         rollout["rewards"][t] = torch.from_numpy(reward).to(device)
         next_obs = torch.from_numpy(obs).to(device)
         next_first = torch.from_numpy(terminated | truncated).to(device)
         if "episode" in info:  # every episode that finished on this step, not just one
-            rollout["episode_returns"] += info["episode"]["r"][info["_episode"]].tolist()
-            rollout["episode_lengths"] += info["episode"]["l"][info["_episode"]].tolist()
+            log["episode_returns"] += info["episode"]["r"][info["_episode"]].tolist()
+            log["episode_lengths"] += info["episode"]["l"][info["_episode"]].tolist()
     rollout["next_obs"], rollout["next_first"] = next_obs, next_first
-    rollout["time_s"] = time.perf_counter() - start
-    return rollout
+    return rollout, log | {"time_s": time.perf_counter() - start}
 
 
 # --- Reward normalisation --------------------------------------------------------------------------------
 class RewardNormalizer(nn.Module):
     """Divide rewards by the running std of a discounted return, then clip to [-10, 10]. As the official code (not
     CleanRL's NormalizeReward with gamma 0.999): the return uses gamma 0.99, and the statistics are updated once per
-    rollout with all its returns, pooled over every worker (each keeps its own environments' running returns)."""
+    rollout with all its returns. With several workers we pool the moments exactly (each worker keeps its own
+    environments' running returns); the official code averages the workers' means and variances instead."""
     def __init__(self, num_envs, gamma=0.99, clip=10.0, eps=1e-8):
         super().__init__()
         self.gamma, self.clip, self.eps = gamma, clip, eps
@@ -370,8 +442,8 @@ def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty, imp_samp_max)
     kl = 0.5 * logratio.pow(2)
     with torch.no_grad():
         outside = (logratio < math.log(1 - clip_coef)) | (logratio > math.log(1 + clip_coef))
-        diagnostics = {"approx_kl": kl.mean(), "clipfrac": outside.float().mean() if clip_coef > 0 else kl.new_zeros(()),
-                       "imp_samp_capfrac": capped.float().mean()}
+        diagnostics = {"approx_kl": kl.mean(), "imp_samp_capfrac": capped.float().mean(),
+                       "clipfrac": outside.float().mean() if clip_coef > 0 else kl.new_zeros(())}
     return pg_losses.mean() + kl_penalty * kl.mean(), diagnostics
 
 
@@ -442,8 +514,8 @@ class AuxBuffer:
         self.returns[self.size:self.size + n] = batch["returns"].view(num_steps, n).T
         self.size += n
 
-    def state_dict(self):  # only the filled part: the trajectories of the phase so far
-        return {"obs": self.obs[:self.size], "returns": self.returns[:self.size]}
+    def state_dict(self):  # a copy of the filled part, in host memory (a slice would save the whole buffer)
+        return {name: getattr(self, name)[:self.size].to("cpu", copy=True) for name in ("obs", "returns")}
 
     def load_state_dict(self, state):
         self.size = len(state["obs"])
@@ -475,34 +547,36 @@ def aux_phase(agent, aux_optimizer, aux_buffer, args, log=print):
                 loss = aux_value_loss + args.beta_clone * kl + true_value_loss
                 (loss * (len(idx) / len(mb_obs))).backward()
                 w = len(idx) / (len(mb_obs) * num_steps)
-                for k, v in {"aux_kl": kl, "aux_value_loss": aux_value_loss, "aux_true_value_loss": true_value_loss}.items():
+                losses = {"aux_kl": kl, "aux_value_loss": aux_value_loss, "aux_true_value_loss": true_value_loss}
+                for k, v in losses.items():
                     sums[k] = sums[k] + v.detach() * w
             average_gradients(agent.parameters())
             aux_optimizer.step()
-        log(f"  aux epoch {epoch + 1}/{args.e_aux} over {n} trajectories: {time.time() - start:.0f} s", flush=True)
+        log(f"  aux epoch {epoch + 1}/{args.e_aux} over {n} trajectories: {time.time() - start:.0f} s")
     return {k: float(v) for k, v in sums.items()} | {"aux_time_s": round(time.time() - start, 3)}
 
 
 # --- Main ---------------------------------------------------------------------------------------------------
 def main(argv=None):
     args = parse_args(argv)
-    run = Run(args)  # the appendix's machinery: workers, device, seeds, run folder, console, checkpoints, signals
+    device = setup(args)  # the appendix: workers, device, threads and seed
     if args.evaluate:
-        return evaluate_saved_agent(args, run.device)
-    agent = Agent(NUM_ACTIONS).to(run.device)
+        return evaluate_saved_agent(args, device)
+    agent = Agent(NUM_ACTIONS).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=1e-8)
-    reward_normalizer = RewardNormalizer(args.num_envs).to(run.device)  # statistics pooled over workers (official)
-    adv_moments = AdvantageMoments(args.adv_ewma_decay).to(run.device)
+    reward_normalizer = RewardNormalizer(args.num_envs).to(device)  # statistics pooled over all workers
+    adv_moments = AdvantageMoments(args.adv_ewma_decay).to(device)
     stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
     aux_optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate, eps=1e-8)  # its own Adam
-    aux_buffer = AuxBuffer(args.n_pi, args.num_envs, args.num_steps, run.device)
+    aux_buffer = AuxBuffer(args.n_pi, args.num_envs, args.num_steps, device)
     learner = dict(agent=agent, optimizer=optimizer, reward_normalizer=reward_normalizer, adv_moments=adv_moments,
                    aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)  # and the phase position: the iteration
-    envs = run.start(learner, stale_rollouts)  # resumes a run; one line saying what runs
-    next_obs = torch.from_numpy(envs.reset()[0]).to(run.device)
-    next_first = torch.ones(args.num_envs, dtype=torch.bool, device=run.device)
-    for iteration in run.iterations():
-        rollout = collect_rollout(envs, agent, next_obs, next_first, args.num_steps)
+    run = Run(args, device, learner, stale_rollouts)  # resumes a run or makes its folder; says what runs
+    envs = make_env(args, seed=run.env_seed)
+    next_obs = torch.from_numpy(envs.reset()[0]).to(device)
+    next_first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
+    for iteration in range(run.start_iteration + 1, run.num_iterations + 1):
+        rollout, rollout_log = collect_rollout(envs, agent, next_obs, next_first, args.num_steps)
         next_obs, next_first = rollout["next_obs"], rollout["next_first"]
         if args.norm_reward:
             rollout["rewards"] = reward_normalizer(rollout["rewards"], rollout["firsts"])
@@ -513,71 +587,30 @@ def main(argv=None):
             stats = update(agent, optimizer, batch, args)
             aux_buffer.add(batch, args.num_steps)
         if iteration % args.n_pi == 0 and aux_buffer.size > 0:  # the policy phase ends: auxiliary phase
-            stats.update(aux_phase(agent, aux_optimizer, aux_buffer, args, run.print))
+            stats |= aux_phase(agent, aux_optimizer, aux_buffer, args, say)
             aux_buffer.size = 0
-        if not run.log(iteration, rollout, stats):  # progress.csv, console, evaluation, videos, checkpoint
+        if args.eval_episodes and run.due(iteration, args.eval_interval):
+            stats |= run.evaluate(iteration)  # on held-out levels
+        if args.capture_video and run.due(iteration, args.video_interval):
+            run.evaluate(iteration, video=True)  # a GIF of one episode
+        run.log(iteration, stats, rollout_log)  # a row of progress.csv and a line on the console
+        broken, stopping = run.check(iteration)  # a non-finite value; SIGINT or SIGTERM
+        if args.save_model and not broken and (stopping or run.due(iteration, args.save_interval)):
+            run.save(iteration)
+        if broken or stopping:
             break
     return run.finish(envs)
 
 
 # ===================================================================================================================
 # APPENDIX: the machinery. The algorithm is complete above; a first-time reader may stop here.
-# The same, to the character, in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py: argument checks, resume, many workers,
-# speed options, evaluation and videos, checkpoints and signals, and the Run that owns the folder and the console.
+# The same, to the character, in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py: argument checks and resume, many
+# workers and the device, evaluation and videos, checkpoints and the console, and the Run that keeps the run folder.
 # ===================================================================================================================
 
-# --- Argument checks and resume ------------------------------------------------------------------------------
-class ArgumentParser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        # "-1e-3" and "-inf" are values (then refused with the allowed range), not unknown flags
-        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.I)
-
-    def error(self, message):  # one line on stderr and exit code 2: no usage dump, no traceback
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def number(kind, allowed):
-    """argparse type: a finite `kind` in `allowed`, an interval written as in maths ("[0, 1)", "(0, inf)"),
-    optionally "0 or [1, inf)"; anything else is refused with a message naming it."""
-    zero, left, low, high, right = re.fullmatch(r"(0 or )?([\[(])(\S+), (\S+)([\])])", allowed).groups()
-
-    def parse(text):
-        try:
-            x = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in {allowed}, got {text!r}")
-        inside = (x > float(low) if left == "(" else x >= float(low)) and (x < float(high) if right == ")" else x <= float(high))
-        if not math.isfinite(x) or not (inside or (zero and x == 0)):
-            raise argparse.ArgumentTypeError(f"must be in {allowed}, got {text}")
-        return x
-    return parse
-
-
-POSITIVE, NON_NEGATIVE = number(int, "[1, inf)"), number(int, "[0, inf)")
-
-
-def add_machinery_flags(a):
-    a("--save-model", action="store_true", help="write checkpoint.pt every --save-interval iterations and at the end")
-    a("--save-interval", type=POSITIVE, default=10, help="iterations between checkpoints")
-    a("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint, in the same folder")
-    a("--capture-video", action="store_true", help="save a GIF of one episode every --video-interval iterations and at the end")
-    a("--video-interval", type=POSITIVE, default=50, help="iterations between videos")
-    a("--eval-episodes", type=NON_NEGATIVE, default=0, help="episodes on held-out levels per evaluation (0 = off)")
-    a("--eval-interval", type=POSITIVE, default=10, help="iterations between evaluations")
-    a("--evaluate", metavar="RUN_DIR", help="evaluate RUN_DIR's saved agent without training (default 10 episodes)")
-    a("--micro-batch-size", type=NON_NEGATIVE, default=None,
-      help="split each minibatch into gradient-accumulated micro-batches (same gradient); default on a CPU 16 per "
-           "torch thread, at least 32; 0 (off) on a GPU")
-    a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (faster, changes numerics: off by default)")
-    a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
-MAX_LEVEL = 2 ** 31 - 1  # Procgen's seeds and level numbers are 32-bit signed integers
-MAX_SEED = MAX_LEVEL - 100_000_000  # room for the per-worker and evaluation seed offsets
-
-
+# --- Argument checks and resume ------------------------------------------------------------------------------------
 def check_args(p, args):
-    """Arguments that depend on each other, and those that would silently do nothing: one line and exit code 2,
-    before anything is written."""
+    """Arguments that depend on each other, and those that would silently do nothing: one line, exit code 2."""
     c, n, t, m = args.batch_divisor, args.num_envs, args.num_steps, args.num_minibatches
     if n % c:
         p.error(f"argument --batch-divisor: must divide --num-envs ({n}), got {c}")
@@ -590,18 +623,19 @@ def check_args(p, args):
     if args.start_level + args.num_levels > MAX_LEVEL:
         p.error(f"argument --start-level: --start-level + --num-levels must be at most {MAX_LEVEL}, got "
                 f"{args.start_level + args.num_levels}")
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*", args.exp_name):
-        p.error(f"argument --exp-name: a plain name (letters, digits and _ . + = -, no folders), got {args.exp_name!r}")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,99}", args.exp_name):
+        p.error(f"argument --exp-name: 1 to 100 letters, digits and _ . + = - (no folders), got {args.exp_name!r}")
     folder = os.path.abspath(args.runs_dir)
     while not os.path.exists(folder):  # the nearest folder that exists must let us create the rest
         folder = os.path.dirname(folder)
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
         p.error(f"argument --runs-dir: {folder!r} is {'not a folder' if not os.path.isdir(folder) else 'not writable'}")
-    iterations = math.ceil(args.total_timesteps / (n * t * int(os.environ.get("WORLD_SIZE", 1))))
+    iterations = math.ceil(args.total_timesteps / (n * t * worker()[1]))
     if args.staleness >= iterations:
         p.error(f"argument --staleness: must be below the run's {iterations} iterations (nothing would be trained), "
                 f"got {args.staleness}")
-    for flag, needs, on in (("no_adjust", "--batch-divisor > 1", c > 1), ("adam_beta_adjust", "--batch-divisor > 1", c > 1),
+    for flag, needs, on in (("no_adjust", "--batch-divisor > 1", c > 1),
+                            ("adam_beta_adjust", "--batch-divisor > 1", c > 1),
                             ("save_interval", "--save-model", args.save_model),
                             ("video_interval", "--capture-video", args.capture_video),
                             ("eval_interval", "--eval-episodes > 0", args.eval_episodes)):
@@ -609,95 +643,96 @@ def check_args(p, args):
             p.error(f"argument --{flag.replace('_', '-')}: only used with {needs}")
 
 
-def num_iterations(args, world_size):
-    """Iterations in the run; the last one is never dropped, so a run may take a little more than total_timesteps."""
-    return math.ceil(args.total_timesteps / (args.num_envs * args.num_steps * world_size))
+FREE = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_interval", "eval_episodes", "eval_interval",
+        "micro_batch_size", "compile", "resume", "evaluate", "save_model")  # what a resume or an evaluation may change
+DERIVED = ("batch_size", "minibatch_size", "num_iterations", "device", "versions", "world_size", "global_batch_size",
+           "script")  # in config.json beside the arguments
 
 
 def resume_args(p, argv, args):
-    """--resume (or --evaluate) RUN_DIR: that run's config.json. Only a larger --total-timesteps (to extend the run),
-    the device, checkpoint, video and evaluation flags may be given again; any other flag that differs from
-    the run's is an error, and so is a run made by another script or with another number of workers."""
+    """--resume or --evaluate RUN_DIR: the run's config.json becomes the parser's defaults, so a flag given again must
+    repeat the run's value unless it is FREE. Then the checks that protect a continuation: the same script and version,
+    a checkpoint, the same number of workers, a total not made smaller, a run not finished."""
     if args.resume and args.evaluate:
         p.error("argument --evaluate: not allowed with --resume")
     flag, run_dir = ("--resume", args.resume) if args.resume else ("--evaluate", args.evaluate)
-    script, path = os.path.basename(__file__), os.path.join(run_dir, "config.json")
+    path = os.path.join(run_dir, "config.json")
     try:
         with open(path) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
+            config = dict(json.load(f))
+    except (OSError, ValueError, TypeError) as e:
         p.error(f"argument {flag}: cannot read {path}: {e.strerror if isinstance(e, OSError) else e}")
-    defaults = vars(p.parse_args([]))
-    made_by = config.get("script") if isinstance(config, dict) else "something else"
-    missing = sorted(set(defaults) - set(config)) if isinstance(config, dict) else []
-    if made_by != script or missing:
-        p.error(f"argument {flag}: the run in {run_dir!r} was made by " + (
-            f"{made_by}, not {script}" if made_by not in (None, script) else f"another script or version: its "
-            f"config.json has no {', '.join(missing[:3]) or 'script'}"))
+    made_by, missing = config.get("script"), sorted(set(vars(args)) - set(config))
+    if made_by not in (None, SCRIPT):
+        p.error(f"argument {flag}: the run in {run_dir!r} was made by {made_by}, not {SCRIPT}")
+    if made_by is None or missing:
+        p.error(f"argument {flag}: the run in {run_dir!r} was made by another script or version: its config.json has "
+                f"no {', '.join(missing[:3]) or 'script'}")
     if not os.path.isfile(os.path.join(run_dir, CHECKPOINT)):
         p.error(f"argument {flag}: no {CHECKPOINT} in {run_dir!r} (was the run started with --save-model?)")
-    unset = argparse.Namespace(**dict.fromkeys(defaults))  # parse again into all-None: what the command line gave
-    given = {k: v for k, v in vars(p.parse_args(argv, unset)).items() if v is not None}
-    free = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_interval", "eval_episodes", "eval_interval")
-    for key, value in given.items():
-        if key not in free + ("resume", "evaluate", "save_model") and config.get(key) != value:
-            p.error(f"argument --{key.replace('_', '-')}: the run in {run_dir!r} has {config.get(key)!r}, got {value!r}")
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    if args.resume and config.get("world_size", 1) != world_size:
+    p.set_defaults(**{k: v for k, v in config.items() if k not in DERIVED + ("micro_batch_size", "resume", "evaluate")})
+    if args.evaluate:
+        p.set_defaults(eval_episodes=10)
+    args, world_size = p.parse_args(argv), worker()[1]
+    for key, value in vars(args).items():
+        if key not in FREE and value != config.get(key):
+            p.error(f"argument --{key.replace('_', '-')}: the run in {run_dir!r} has {config.get(key)!r}, "
+                    f"got {value!r}")
+    if args.evaluate and args.eval_episodes < 1:
+        p.error(f"argument --eval-episodes: --evaluate needs at least 1 episode, got {args.eval_episodes}")
+    if args.resume and config["world_size"] != world_size:
         p.error(f"argument --resume: the run in {run_dir!r} has {config['world_size']} workers, this launch has "
                 f"{world_size}: resume it with {resume_command(run_dir, config['world_size'])}")
-    if given.get("total_timesteps", config["total_timesteps"]) < config["total_timesteps"]:
+    if args.total_timesteps < config["total_timesteps"]:
         p.error(f"argument --total-timesteps: the run in {run_dir!r} has {config['total_timesteps']}; a resumed run "
-                f"can only be extended, got {given['total_timesteps']}")
-    config = {k: v for k, v in config.items() if k not in DERIVED_KEYS}
-    config.update({k: given[k] for k in free if k in given})
-    config.update(resume=args.resume, evaluate=args.evaluate, save_model=True, adam_betas=tuple(config["adam_betas"]))
-    args = argparse.Namespace(**config)
-    if args.resume:
-        try:  # the iteration reached, without reading the tensors (mmap)
-            done = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True, mmap=True)["iteration"]
-        except Exception as e:
-            p.error(f"argument --resume: cannot read {os.path.join(run_dir, CHECKPOINT)}: {type(e).__name__}")
-        if done >= num_iterations(args, world_size):
-            p.error(f"argument --resume: the run in {run_dir!r} is finished ({done} of {num_iterations(args, world_size)} "
-                    f"iterations); to extend it, give a --total-timesteps above {args.total_timesteps}")
-    if args.evaluate and "eval_episodes" not in given:
-        args.eval_episodes = 10
+                f"can only be extended, got {args.total_timesteps}")
+    done, total = read_checkpoint(os.path.join(run_dir, CHECKPOINT))["iteration"], num_iterations(args, world_size)
+    if args.resume and done >= total:  # (reading the checkpoint memory-mapped reads the iteration only)
+        p.error(f"argument --resume: the run in {run_dir!r} is finished ({done} of {total} iterations); to extend it, "
+                f"give a --total-timesteps above {args.total_timesteps}")
+    args.save_model = True
     return args
 
 
 def resume_command(run_dir, world_size):
     """The command that resumes run_dir from any folder, with the workers it was started with."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    launcher = ("python" if world_size == 1 else f"torchrun --nproc-per-node {local}" if local == world_size
-                else f"torchrun --nnodes {world_size // local} --nproc-per-node {local} (and your rendezvous flags)")
+    launcher = "python" if world_size == 1 else f"torchrun --nproc-per-node {local}" + (
+        f" --nnodes {world_size // local} (and your rendezvous flags)" if local < world_size else "")
     return f"{launcher} {shlex.quote(os.path.abspath(__file__))} --resume {shlex.quote(os.path.abspath(run_dir))}"
 
 
-# --- Many workers (torchrun) ---------------------------------------------------------------------------------
+def num_iterations(args, world_size):
+    """Iterations in the run; the last one is never dropped, so a run may take a little more than total_timesteps."""
+    return math.ceil(args.total_timesteps / (args.num_envs * args.num_steps * world_size))
+
+
+# --- Many workers (torchrun) and the device ------------------------------------------------------------------------
 # `torchrun --nproc-per-node W script.py ...` starts W workers, each with its own --num-envs environments, as the
 # paper ran (4 workers x 64 envs). Without torchrun there is one worker, no process group, and these helpers do
 # nothing. Every worker holds the same networks and takes the same optimiser steps on the averaged gradient.
-def setup_workers(args):
-    """Join torchrun's process group; returns (rank, world_size, device). One GPU per local worker when there
-    are enough (NCCL); otherwise workers share GPUs, or the CPU, and talk through gloo."""
-    world_size, local_rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+def worker():
+    """(rank, world size), as torchrun sets them; (0, 1) without it. Rank 0 prints and writes the run folder."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def setup(args):
+    """Joins torchrun's workers (NCCL with a GPU each, gloo otherwise); sets the GPU's maths, the threads, the seed."""
+    local_rank, local_size = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     use_cuda = args.cuda and torch.cuda.is_available()
     device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
-    if world_size > 1:
-        if use_cuda:
-            torch.cuda.set_device(device)
-        own_gpu = use_cuda and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        dist.init_process_group("nccl" if own_gpu else "gloo")
-    return int(os.environ.get("RANK", 0)), world_size, device
-
-
-def broadcast_from_rank0(module):
-    """Rank 0's parameters and buffers everywhere, so all workers start from the same weights."""
-    if dist.is_initialized():
-        for tensor in module.state_dict().values():
-            if isinstance(tensor, torch.Tensor):  # not the EWMA's extra state
-                dist.broadcast(tensor, 0)
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if worker()[1] > 1:
+        dist.init_process_group("nccl" if use_cuda and torch.cuda.device_count() >= local_size else "gloo")
+    # A GPU computes convolutions and matmuls in TF32 (fp32's range, a 10-bit mantissa; --bf16 goes further), with the
+    # fastest cuDNN algorithm for each of the run's fixed shapes, measured once. So a GPU run is not plain fp32, nor
+    # bit-repeatable: a resumed GPU run continues the same run, but not to the last bit as a CPU run does.
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = True, False
+    torch.set_num_threads(cpu_threads())
+    torch.manual_seed(args.seed + worker()[0])  # the only random generator drawn from (Procgen seeds its own)
+    return device
 
 
 def average_gradients(params):
@@ -706,8 +741,8 @@ def average_gradients(params):
     if dist.is_initialized() and grads:
         flat = torch.cat([g.flatten() for g in grads])
         dist.all_reduce(flat)
-        torch._foreach_copy_(grads, [f.view_as(g) for f, g in zip(flat.div_(dist.get_world_size()).split(
-            [g.numel() for g in grads]), grads)])
+        for g, mean in zip(grads, flat.div_(dist.get_world_size()).split([g.numel() for g in grads])):
+            g.copy_(mean.view_as(g))
 
 
 def all_reduce_sum(tensor):
@@ -717,34 +752,16 @@ def all_reduce_sum(tensor):
     return tensor
 
 
-def share_from_rank0(obj):
-    """A picklable object (the run folder's name) from rank 0 to every worker."""
-    if dist.is_initialized():
-        box = [obj]
-        dist.broadcast_object_list(box, 0)
-        obj = box[0]
-    return obj
-
-
-# --- Speed options (never change the maths, apart from --bf16's rounding) -------------------------------------
 def configure_cnns(nets, bf16, compile):
-    """For every IMPALA CNN in `nets`: bf16 autocast, and torch.compile in place (parameter names, hence
-    checkpoints, unchanged)."""
+    """--bf16 and --compile for every IMPALA CNN in `nets`, in place (parameter names, hence checkpoints, unchanged)."""
     for cnn in [m for net in nets for m in net.modules() if isinstance(m, ImpalaCNN)]:
         cnn.bf16 = bf16
-        if compile:
-            cnn.compile()
+        if compile:  # one graph per batch size and grad mode (a dynamic batch size fails to compile in torch 2.13)
+            cnn.compile(dynamic=False)
+    torch._dynamo.config.cache_size_limit = 64  # the default of 8 graphs would fall back to eager without a word
 
 
-def default_micro_batch_size(device):
-    """--micro-batch-size's default: 0 (off) on a GPU. On a CPU the network is ~99% of the time and is fastest when a
-    micro-batch's activations stay in cache: on 1 and 2 threads 16 to 64 were equally fast within noise and 128 was
-    1.3-1.5x slower, for ppo.py and ppo_ewma.py alike (docs/results.md); more threads get 16 samples each (not
-    measured here)."""
-    return max(32, 16 * torch.get_num_threads()) if device.type == "cpu" else 0
-
-
-# --- Evaluation and videos -----------------------------------------------------------------------------------
+# --- Evaluation and videos -----------------------------------------------------------------------------------------
 def held_out_levels(args):
     """(start_level, num_levels) for evaluation: the levels right after the training range when --num-levels
     is set, which never overlap [start_level, start_level + num_levels); the full distribution otherwise."""
@@ -752,159 +769,120 @@ def held_out_levels(args):
 
 
 @torch.no_grad()
-def play(args, agent, num_envs, seed):
-    """The current policy on held-out levels, in its own environments with its own random generator (training's
-    are untouched): yields (frames, episode ends, info) after the reset and after every step."""
+def evaluate(args, agent, episodes, seed, gif=None):
+    """The returns and lengths of `episodes` episodes on held-out levels, in environments and with a random generator
+    of their own (training's are untouched), one environment per episode: the first episodes to finish would favour
+    short ones. With `gif`, the first episode is also saved there as an animated GIF (at 128 x 128, a few MB)."""
     start_level, num_levels = held_out_levels(args)
-    device = next(agent.parameters()).device
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(ProcgenVecEnv(
-        args.env_id, num_envs, args.distribution_mode, num_levels, start_level, seed))
-    generator = torch.Generator(device).manual_seed(seed)
-    obs, _ = envs.reset()
-    try:
-        yield obs, np.zeros(num_envs, dtype=bool), {}
-        while True:
-            logits = agent.logits(torch.from_numpy(obs).to(device))
-            action = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
-            obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
-            yield obs, terminated | truncated, info
-    finally:
-        envs.close()
-
-
-def evaluate(args, agent, episodes, seed):
-    """Returns and lengths of `episodes` episodes on held-out levels, one environment per episode: taking the
-    first episodes to finish would favour short ones."""
+    device, frames = next(agent.parameters()).device, []
+    envs = make_env(argparse.Namespace(**{**vars(args), "num_envs": episodes, "start_level": start_level,
+                                          "num_levels": num_levels}), seed)
+    generator, (obs, _) = torch.Generator(device).manual_seed(seed), envs.reset()
     returns, lengths = np.full(episodes, np.nan), np.zeros(episodes, dtype=int)
-    for _, ended, info in play(args, agent, episodes, seed):
-        first_end = ended & np.isnan(returns)
+    while np.isnan(returns).any():
+        if gif and np.isnan(returns[0]) and len(frames) < 1000:
+            frames.append(obs[0])
+        logits = agent.logits(torch.from_numpy(obs).to(device))
+        action = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+        obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
+        first_end = (terminated | truncated) & np.isnan(returns)  # after an end, obs is the next level's first frame
         if first_end.any():
             returns[first_end], lengths[first_end] = info["episode"]["r"][first_end], info["episode"]["l"][first_end]
-        if not np.isnan(returns).any():
-            return returns.tolist(), lengths.tolist()
-
-
-def record_video(args, agent, path, seed, max_frames=1000, scale=2):
-    """An animated GIF of one episode on a held-out level (its 64x64 frames upscaled): a few MB at most."""
-    from PIL import Image  # comes with matplotlib
-    frames = []
-    for obs, ended, _ in play(args, agent, 1, seed):
-        if ended[0] or len(frames) == max_frames:  # after an end, obs is already the next level's first frame
-            break
-        frames.append(obs[0])
-    images = [Image.fromarray(f).resize((64 * scale, 64 * scale), Image.NEAREST) for f in frames]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=40, loop=0)
-    return len(frames)
+    envs.close()
+    if gif:
+        from PIL import Image  # comes with matplotlib
+        images = [Image.fromarray(frame).resize((128, 128), Image.NEAREST) for frame in frames]
+        os.makedirs(os.path.dirname(gif), exist_ok=True)
+        images[0].save(gif, save_all=True, append_images=images[1:], duration=40, loop=0)
+    return returns.tolist(), lengths.tolist()
 
 
 def evaluate_saved_agent(args, device):
     """--evaluate RUN_DIR: load the saved agent, evaluate it on held-out levels, optionally write a GIF."""
-    agent = Agent(NUM_ACTIONS).to(device)
-    state = read_checkpoint(args.evaluate, device)
+    agent, state = Agent(NUM_ACTIONS).to(device), read_checkpoint(os.path.join(args.evaluate, CHECKPOINT))
     agent.load_state_dict(state["agent"])
     returns, lengths = evaluate(args, agent, args.eval_episodes, seed=args.seed + 10_000)
     stderr = np.std(returns, ddof=1) / math.sqrt(len(returns)) if len(returns) > 1 else float("nan")
-    print(f"{args.env_id}, iteration {state['iteration']}: mean return {np.mean(returns):.2f} +- {stderr:.2f} "
-          f"(standard error) over {len(returns)} held-out episodes, mean length {np.mean(lengths):.0f}")
+    say(f"{args.env_id}, iteration {state['iteration']}: mean return {np.mean(returns):.2f} +- {stderr:.2f} "
+        f"(standard error) over {len(returns)} held-out episodes, mean length {np.mean(lengths):.0f}")
     if args.capture_video:
-        path = os.path.join(args.evaluate, "videos", f"evaluate_iter_{state['iteration']:06d}.gif")
-        print(f"video: {path} ({record_video(args, agent, path, seed=args.seed + 20_000)} frames)")
+        gif = os.path.join(args.evaluate, "videos", f"evaluate_iter_{state['iteration']:06d}.gif")
+        with writing(args.evaluate):
+            evaluate(args, agent, 1, seed=args.seed + 20_000, gif=gif)
+        say(f"video: {gif}")
     return returns
 
 
-# --- Checkpoints, signals, non-finite values -------------------------------------------------------------------
+# --- Checkpoints, the console and write errors ---------------------------------------------------------------------
 CHECKPOINT = "checkpoint.pt"
-DERIVED_KEYS = ("batch_size", "minibatch_size", "num_iterations", "device", "versions", "world_size", "global_batch_size",
-                "script")
 
 
-def checkpoint_name(rank):
-    """Rank 0 saves checkpoint.pt; any other worker saves its own state (reward normaliser, staleness FIFO,
-    aux buffer, RNG) beside it, so that a resumed multi-worker run continues exactly."""
-    return CHECKPOINT if rank == 0 else f"checkpoint.rank{rank}.pt"
-
-
-def save_checkpoint(run_dir, rank, stateful, **extra):
-    """Every stateful object's state_dict, the RNG states and `extra`, written atomically: a crash while
-    saving leaves the previous checkpoint intact."""
-    state = {name: obj.state_dict() for name, obj in stateful.items()}
-    state["rng"] = {"python": random.getstate(), "numpy": np.random.get_state()[1].tolist(),
-                    "numpy_pos": int(np.random.get_state()[2]), "torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-    path = os.path.join(run_dir, checkpoint_name(rank))
-    torch.save({**state, **extra}, path + ".tmp")
-    os.replace(path + ".tmp", path)
-
-
-def read_checkpoint(run_dir, device, rank=0):
-    """Safe loading (weights_only: tensors and plain containers only); a GPU run loads on a CPU too.
-    An unreadable file is a usage error: one line, exit code 2."""
-    path = os.path.join(run_dir, checkpoint_name(rank))
+def read_checkpoint(path):
+    """Safe (tensors and plain containers only) and memory-mapped loading onto the CPU, whatever device saved it; each
+    load_state_dict then moves the tensors to their place, and Adam's step counters stay on the CPU, where a fresh Adam
+    keeps them (on a GPU each would cost a host sync per step). An unreadable file: one line, exit code 2."""
     try:
-        return torch.load(path, map_location=device, weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated, corrupt, or not a checkpoint at all
-        reason = str(e).splitlines()[0] if str(e) else "corrupt file"
-        print(f"{os.path.basename(__file__)}: error: cannot read {path}: {type(e).__name__}: {reason}", file=sys.stderr)
+        print(f"{SCRIPT}: error: cannot read {path} ({type(e).__name__}: {(str(e) or 'corrupt').splitlines()[0]}): "
+              "it is damaged or not a checkpoint; put back a copy of it, or start a new run", file=sys.stderr)
         sys.exit(2)
 
 
-def load_checkpoint(run_dir, rank, stateful, device):
-    state = read_checkpoint(run_dir, device, rank)
-    for name, obj in stateful.items():
-        obj.load_state_dict(state[name])
-    rng = state["rng"]
-    random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
-    np.random.set_state(("MT19937", np.array(rng["numpy"], dtype=np.uint32), rng["numpy_pos"]))
-    torch.set_rng_state(rng["torch"].cpu())
-    if rng["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
-    return state
+def say(*args, file=None):
+    """print on rank 0. A closed stdout or stderr (`| head`, a terminal or tee that went away) never stops the run:
+    the stream is pointed at /dev/null, and training, progress.csv and the checkpoints go on."""
+    if worker()[0] == 0:
+        try:
+            print(*args, file=file or sys.stdout, flush=True)
+        except OSError:
+            with contextlib.suppress(Exception):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), (file or sys.stdout).fileno())
 
 
-class StopSignal:
-    """SIGINT (Ctrl-C) or SIGTERM: finish the current iteration, checkpoint, exit. A second one abandons it."""
-    def __init__(self):
-        self.received = None
-        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def handle(self, signum, frame):
-        if self.received is not None:
-            raise KeyboardInterrupt
-        self.received = signal.Signals(signum).name
-        print(f"\n{self.received}: finishing this iteration, then stopping (send it again to stop at once)", flush=True)
-
-    def restore(self):
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
+@contextlib.contextmanager
+def writing(folder, close=lambda: None):
+    """Writes to a run folder. Any OSError (a full disk, a read-only folder) ends the program with one line naming the
+    folder and the cause, exit code 1 (the arguments were fine): no .tmp file stays, the last checkpoint and rows do."""
+    try:
+        yield
+    except OSError as e:
+        close()
+        with contextlib.suppress(OSError):
+            for name in [name for name in os.listdir(folder) if name.endswith(".tmp")]:
+                os.remove(os.path.join(folder, name))
+        sys.exit(f"{SCRIPT}: cannot write to the run folder {folder}: {(e.strerror or str(e)).lower()}")
 
 
-def check_finite(iteration, row, agent):
-    """Stop on a non-finite loss or parameter, naming it, before a broken state can be checkpointed."""
-    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
-    if not bad and not torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all():
-        bad = [f"parameter {n}" for n, p in agent.named_parameters() if not torch.isfinite(p).all()][:1]
-    return f"iteration {iteration}: non-finite {bad[0]}" if bad else None
+def lock_run_folder(run_dir):
+    """One writer per run folder: an exclusive lock for the run's life, which the kernel drops however the process ends
+    (a dead run never blocks), with the holder's process id inside. A second run or resume exits with code 2."""
+    lock = open(os.path.join(run_dir, "run.lock"), "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        print(f"{SCRIPT}: error: argument --resume: the run in {run_dir!r} is in use by process "
+              f"{lock.read().strip() or '(unknown)'}", file=sys.stderr)
+        sys.exit(2)
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
-def warn_if_diverging(iteration, row, limit=1e10):
-    """Losses that explode without going non-finite (e.g. a value loss of 1e28 at learning rate 0.1): say so, once."""
-    big = [k for k, v in row.items() if k.endswith("loss") and isinstance(v, float) and abs(v) > limit]
-    if big:
-        print(f"warning: iteration {iteration}: {big[0]} = {row[big[0]]:.3g}: the run is diverging (try a smaller "
-              "--learning-rate)", file=sys.stderr, flush=True)
-    return bool(big)
+def new_run_dir(args):
+    """<runs-dir>/<env>__<exp-name>__<seed>__<unix time>, made by one atomic mkdir: a run started in the same second
+    gets the suffix -2 (then -3, ...), never the other run's folder."""
+    stem = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+    os.makedirs(args.runs_dir, exist_ok=True)
+    for name in [stem] + [f"{stem}-{n}" for n in range(2, 1000)]:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name)
+            return name
 
 
-# --- The run: its folder, progress.csv, console, intervals and stopping ---------------------------------------
-def import_procgen():
-    """Procgen, without the notice about gym's end of maintenance that importing it prints (we use gymnasium)."""
-    with contextlib.redirect_stderr(io.StringIO()) as captured:
-        import procgen
-    sys.stderr.write(re.sub(r"Gym has been unmaintained.*?for additional information\.\n", "", captured.getvalue(), flags=re.S))
-    return procgen
-
-
+# --- The run: its folder, progress.csv, checkpoints, signals and the console ---------------------------------------
 COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length", "policy_loss",
            "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac",
            "env_time_s", "rollout_time_s", "update_time_s", "eval_return", "eval_length",
@@ -912,145 +890,167 @@ COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "epis
 
 
 class Run:
-    """Everything around the training loop of main(): the workers and the device, seeds and threads, the run folder
-    (config.json, progress.csv, videos, checkpoints), the console, evaluation and checkpoint intervals, signals,
-    non-finite values, and the exit message. Only rank 0 prints and writes, apart from each worker's checkpoint."""
-    def __init__(self, args):
-        self.args = args
-        self.rank, self.world_size, self.device = setup_workers(args)
-        self.is_main = self.rank == 0
-        self.print = print if self.is_main else (lambda *a, **k: None)
-        # every core this process may use, shared with the other workers on this machine
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
-        if args.micro_batch_size is None:
-            args.micro_batch_size = default_micro_batch_size(self.device)
-        random.seed(args.seed + self.rank)
-        np.random.seed(args.seed + self.rank)
-        torch.manual_seed(args.seed + self.rank)
+    """What main() needs around its loop: it resumes a run or makes its folder (rank 0 writes config.json,
+    progress.csv and the videos, every worker its checkpoint, all through `writing`), evaluates and records when
+    due, writes a row and a console line, checks for non-finite values and signals, saves, and finishes."""
+    def __init__(self, args, device, learner, stale_rollouts):
+        self.args, self.device, self.learner, self.stale_rollouts = args, device, learner, stale_rollouts
+        (self.rank, self.world_size), self.csv_file, self.lock, self.signal = worker(), None, None, None
         self.global_batch_size = args.num_envs * args.num_steps * self.world_size  # env steps per iteration
         self.num_iterations = num_iterations(args, self.world_size)
-        self.start_iteration, self.problem, self.warned, self.last_saved = 0, None, False, None
-
-    def start(self, learner, stale_rollouts):
-        """Rank 0's weights everywhere, the speed options, a resumed run's checkpoint, the environments (each worker
-        its own levels; a resumed run new ones), then the run folder, config.json, progress.csv and the first line."""
-        args, elapsed = self.args, 0.0
-        self.learner, self.stale_rollouts = learner, stale_rollouts
+        self.start_iteration, self.last_saved, self.problem, self.warned, elapsed = 0, None, None, False, 0.0
+        # SIGINT (Ctrl-C) or SIGTERM: finish the iteration, checkpoint, exit; a second one stops at once
+        self.handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         modules = [m for m in learner.values() if isinstance(m, nn.Module)]
-        for module in modules:
-            broadcast_from_rank0(module)
+        if dist.is_initialized():  # rank 0's weights everywhere: all workers start from the same
+            for tensor in [t for m in modules for t in m.state_dict().values() if isinstance(t, torch.Tensor)]:
+                dist.broadcast(tensor, 0)
         configure_cnns(modules, args.bf16, args.compile)
-        if args.resume:  # Procgen cannot restore its state: the resumed run starts fresh episodes, nothing else differs
-            checkpoint = load_checkpoint(args.resume, self.rank, learner, self.device)
-            self.start_iteration = self.last_saved = checkpoint["iteration"]
-            elapsed = checkpoint["time_s"]
-            stale_rollouts.extend(checkpoint["stale_rollouts"])
-        envs = make_env(args, seed=args.seed + 100_000 * self.rank + self.start_iteration)
-        self.dir = args.resume or share_from_rank0(self.create_dir() if self.is_main else None)
-        if self.is_main:
-            self.write_config()
-            self.csv_file, self.progress = self.open_progress()
-        knobs = ", ".join(f"{k} {getattr(args, k):.4g}" if isinstance(getattr(args, k), float) else f"{k} {getattr(args, k)}"
-                          for k in ("learning_rate", "adv_ewma_decay", "beta_prox", "prox", "n_pi") if hasattr(args, k))
-        self.print(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {self.device}: {args.num_envs} envs x "
-                   f"{args.num_steps} steps" + (f" x {self.world_size} workers" if self.world_size > 1 else "") +
-                   f", {self.num_iterations} iterations = {self.num_iterations * self.global_batch_size:,} steps; "
-                   f"{knobs}; run folder {self.dir}", flush=True)
-        self.stop, self.start_time = StopSignal(), time.time() - elapsed
-        return envs
+        with writing(args.resume or args.runs_dir):  # rank 0 names the folder, for every worker
+            box = [args.resume or (new_run_dir(args) if self.rank == 0 else None)]
+            if dist.is_initialized():
+                dist.broadcast_object_list(box, 0)
+        self.dir = box[0]
+        self.checkpoint = os.path.join(self.dir, f"checkpoint.rank{self.rank}.pt" if self.rank else CHECKPOINT)
+        with writing(self.dir, self.close):
+            self.lock = lock_run_folder(self.dir) if self.rank == 0 else None
+            if args.resume:  # Procgen cannot restore its state: the resumed run starts fresh episodes
+                checkpoint = read_checkpoint(self.checkpoint)
+                for name, obj in learner.items():
+                    obj.load_state_dict(checkpoint[name])
+                torch.set_rng_state(checkpoint["rng"]["torch"])
+                if device.type == "cuda" and checkpoint["rng"].get("cuda") is not None:  # none from a CPU run
+                    torch.cuda.set_rng_state(checkpoint["rng"]["cuda"], device)
+                stale_rollouts.extend({k: v.to(device) for k, v in r.items()} for r in checkpoint["stale_rollouts"])
+                self.start_iteration = self.last_saved = checkpoint["iteration"]
+                elapsed = checkpoint["time_s"]
+            if self.rank == 0:
+                self.write_config()
+                self.csv_file, self.progress = self.open_progress()
+        self.env_seed = args.seed + 100_000 * self.rank + self.start_iteration  # a resumed run plays new levels
+        knobs = ", ".join(f"{k} {getattr(args, k):.4g}" if isinstance(getattr(args, k), float) else
+                          f"{k} {getattr(args, k)}" for k in ("learning_rate", "adv_ewma_decay", "beta_prox", "prox",
+                                                              "n_pi") if hasattr(args, k))
+        workers = f" x {self.world_size} workers" if self.world_size > 1 else ""
+        say(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
+            f"{args.num_steps} steps{workers}, {self.num_iterations} iterations = "
+            f"{self.num_iterations * self.global_batch_size:,} steps; {knobs}; run folder {self.dir}")
+        self.start_time, self.last_time, self.watch_time = time.time() - elapsed, time.time(), 0.0
 
-    def iterations(self):
-        for iteration in range(self.start_iteration + 1, self.num_iterations + 1):
-            self.iteration, self.iteration_start = iteration, time.time()
-            yield iteration
+    def on_signal(self, signum, frame):
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+        say(f"\n{self.signal}: finishing this iteration, then stopping (send it again to stop at once)")
 
-    def due(self, every):  # every `every` iterations, and at the end
-        return self.iteration % every == 0 or self.iteration == self.num_iterations
+    def due(self, iteration, every):  # every `every` iterations, and at the end
+        return iteration % every == 0 or iteration == self.num_iterations
 
-    def log(self, iteration, rollout, stats):
-        """After an iteration: every worker's finished episodes, one row of progress.csv and one console line,
-        evaluation and video when due, the checkpoint when due, and the stop conditions. False: stop now."""
-        args, now, agent = self.args, time.time(), self.learner["agent"]
-        # the rollout's statistics are logged once, then dropped (the rollout itself may wait in the staleness FIFO)
-        returns, lengths = rollout.pop("episode_returns"), rollout.pop("episode_lengths")
-        env_time, rollout_time = rollout.pop("env_time_s"), rollout.pop("time_s")
+    def evaluate(self, iteration, video=False):
+        """Rank 0: the policy on held-out levels, for the row's eval_return and eval_length; or one episode's GIF."""
+        start, args, agent = time.time(), self.args, self.learner["agent"]
+        if self.rank != 0:
+            return {}
+        with writing(self.dir, self.close):
+            gif = os.path.join(self.dir, "videos", f"iter_{iteration:06d}.gif") if video else None
+            returns, lengths = evaluate(args, agent, 1 if video else args.eval_episodes, args.seed + iteration, gif)
+        self.watch_time += time.time() - start  # left out of the iteration's speed
+        return {} if video else {"eval_return": np.mean(returns), "eval_length": np.mean(lengths)}
+
+    def log(self, iteration, stats, rollout_log):
+        """Every worker's finished episodes in one row of progress.csv (rank 0) and one console line."""
+        now, returns, lengths = time.time(), rollout_log["episode_returns"], rollout_log["episode_lengths"]
         episodes, return_sum, length_sum = all_reduce_sum(torch.tensor(
             [len(returns), sum(returns), sum(lengths)], dtype=torch.float64, device=self.device)).tolist()
-        row = dict(stats, iteration=iteration, global_step=iteration * self.global_batch_size,
-                   time_s=round(now - self.start_time, 3), sps=round(self.global_batch_size / (now - self.iteration_start), 1),
-                   env_time_s=round(env_time, 3), rollout_time_s=round(rollout_time, 3),
-                   episodic_return=return_sum / episodes if episodes else "",
-                   episodic_length=length_sum / episodes if episodes else "")
-        if "policy_loss" in stats:  # GAE and update; a PPG auxiliary phase is timed on its own
-            row["update_time_s"] = round(now - self.iteration_start - rollout_time - stats.get("aux_time_s", 0), 3)
-        if self.is_main and args.eval_episodes and self.due(args.eval_interval):
-            eval_returns, eval_lengths = evaluate(args, agent, args.eval_episodes, seed=args.seed + iteration)
-            row.update(eval_return=np.mean(eval_returns), eval_length=np.mean(eval_lengths))
-        if self.is_main and args.capture_video and self.due(args.video_interval):
-            record_video(args, agent, os.path.join(self.dir, "videos", f"iter_{iteration:06d}.gif"), seed=args.seed)
-        if self.is_main:
-            self.progress.writerow(row)
-            self.csv_file.flush()
-        eta = (now - self.start_time) / iteration * (self.num_iterations - iteration)
-        ret = f"{row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
-        self.print(f"iter {iteration}/{self.num_iterations} | step {row['global_step']:,} | return {ret} | "
-                   f"sps {row['sps']:.0f} | eta {format_eta(eta)}", flush=True)
-        self.problem = check_finite(iteration, row, agent)
-        self.warned = self.warned or (self.is_main and warn_if_diverging(iteration, row))
-        # all workers stop together (a worker alone in an all-reduce would wait for ever)
-        any_problem, any_stop = all_reduce_sum(torch.tensor([self.problem is not None, self.stop.received is not None],
-                                                            dtype=torch.float64, device=self.device)).tolist()
-        if any_problem:
-            self.problem = self.problem or f"iteration {iteration}: non-finite values on another worker"
-            return False
-        if args.save_model and (self.due(args.save_interval) or any_stop):
-            save_checkpoint(self.dir, self.rank, self.learner, iteration=iteration, time_s=now - self.start_time,
-                            stale_rollouts=list(self.stale_rollouts))
-            self.last_saved = iteration
-        if any_stop:
-            self.stop.received = self.stop.received or "SIGTERM"
-            return False
-        return True
+        busy = now - self.last_time - self.watch_time  # this iteration's time, evaluation and videos left out
+        self.row = dict(stats, iteration=iteration, global_step=iteration * self.global_batch_size,
+                        time_s=round(now - self.start_time, 3), sps=round(self.global_batch_size / busy, 1),
+                        env_time_s=round(rollout_log["env_time_s"], 3), rollout_time_s=round(rollout_log["time_s"], 3),
+                        episodic_return=return_sum / episodes if episodes else "",
+                        episodic_length=length_sum / episodes if episodes else "")
+        if "policy_loss" in stats:  # GAE and the update; a PPG auxiliary phase is timed on its own
+            self.row["update_time_s"] = round(busy - rollout_log["time_s"] - stats.get("aux_time_s", 0), 3)
+        if self.rank == 0:
+            with writing(self.dir, self.close):
+                self.progress.writerow(self.row)
+                self.csv_file.flush()
+        eta = int((now - self.start_time) / (iteration - self.start_iteration) * (self.num_iterations - iteration))
+        ret = f"{self.row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
+        say(f"iter {iteration}/{self.num_iterations} | step {self.row['global_step']:,} | return {ret} | "
+            f"sps {self.row['sps']:.0f} | eta {eta // 3600}h{eta % 3600 // 60:02d}m")
+        self.last_time, self.watch_time = now, 0.0
+
+    def check(self, iteration):
+        """(broken, stopping), the same on every worker: a non-finite loss or parameter, named, stops the run before it
+        can be checkpointed; a signal stops it after a checkpoint. A finite loss that explodes is reported, once."""
+        losses = {k: v for k, v in self.row.items() if isinstance(v, float)}
+        bad = [k for k, v in losses.items() if not math.isfinite(v)] or [
+            f"parameter {n}" for n, p in self.learner["agent"].named_parameters() if not torch.isfinite(p).all()]
+        big = [k for k, v in losses.items() if k.endswith("loss") and abs(v) > 1e10]
+        if big and not self.warned:
+            self.warned = True
+            say(f"warning: iteration {iteration}: {big[0]} = {losses[big[0]]:.3g}: the run is diverging (try a "
+                "smaller --learning-rate)", file=sys.stderr)
+        broken, stopping = all_reduce_sum(torch.tensor([bool(bad), self.signal is not None],
+                                                       dtype=torch.float64, device=self.device)).tolist()
+        if broken:
+            self.problem = f"iteration {iteration}: non-finite {bad[0] if bad else 'values on another worker'}"
+        if stopping:
+            self.signal = self.signal or "SIGTERM"
+        return bool(broken), bool(stopping)
+
+    def save(self, iteration):
+        """Every learner object's state, the random generator's (the CPU's, and this run's GPU's), the iteration and
+        the staleness FIFO, through a .tmp file and a rename: a crash while saving keeps the previous checkpoint."""
+        state = {name: obj.state_dict() for name, obj in self.learner.items()}
+        state["rng"] = {"torch": torch.get_rng_state(),
+                        "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None}
+        with writing(self.dir, self.close):
+            with open(self.checkpoint + ".tmp", "wb") as f:  # a file object: a full disk is an OSError
+                torch.save(dict(state, iteration=iteration, time_s=time.time() - self.start_time,
+                                stale_rollouts=list(self.stale_rollouts)), f)
+            os.replace(self.checkpoint + ".tmp", self.checkpoint)
+        self.last_saved = iteration
 
     def finish(self, envs):
         """Close everything; a non-finite stop or a signal exits with its message, a finished run returns its folder."""
-        self.stop.restore()
-        if self.is_main:
-            self.csv_file.close()
+        self.close()
         envs.close()
         if dist.is_initialized():
             dist.destroy_process_group()
         if self.problem:
             kept = (f"the last good checkpoint (iteration {self.last_saved}) is kept in {self.dir}"
                     if self.last_saved is not None else "no checkpoint was written")
-            sys.exit(f"{os.path.basename(__file__)}: {self.problem}; stopped, {kept}")
-        if self.stop.received:
-            self.print(f"Stopped after iteration {self.iteration} ({self.stop.received}). " +
-                       (f"Resume with: {resume_command(self.dir, self.world_size)}" if self.args.save_model
-                        else "No checkpoint: start runs with --save-model to be able to resume them."), flush=True)
-            sys.exit(128 + getattr(signal, self.stop.received))
+            sys.exit(f"{SCRIPT}: {self.problem}; stopped, {kept}")
+        if self.signal:
+            say(f"Stopped ({self.signal}). " + (f"Resume with: {resume_command(self.dir, self.world_size)}"
+                if self.args.save_model else "No checkpoint: start runs with --save-model to be able to resume them."))
+            sys.exit(128 + getattr(signal, self.signal))
         return self.dir
 
-    def create_dir(self):
-        args = self.args
-        run_dir = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        os.makedirs(run_dir, exist_ok=False)
-        return run_dir
+    def close(self):
+        for s, handler in self.handlers.items():
+            signal.signal(s, handler)
+        for f in (self.csv_file, self.lock):
+            if f is not None:
+                f.close()
 
     def write_config(self):
         """Every hyperparameter after Section 4's adjustments, what the run is made of, and the package versions."""
-        args, batch_size = self.args, self.args.num_envs * self.args.num_steps
+        args, path = self.args, os.path.join(self.dir, "config.json")
+        batch_size = args.num_envs * args.num_steps
         versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-                    "gymnasium": gym.__version__, "procgen": getattr(import_procgen(), "__version__", "unknown")}
+                    "gymnasium": gym.__version__, "procgen": getattr(procgen, "__version__", "unknown")}
         derived = {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
                    "num_iterations": self.num_iterations, "device": str(self.device), "world_size": self.world_size,
-                   "global_batch_size": self.global_batch_size, "script": os.path.basename(__file__)}
-        with open(os.path.join(self.dir, "config.json"), "w") as f:
+                   "global_batch_size": self.global_batch_size, "script": SCRIPT}
+        with open(path + ".tmp", "w") as f:
             json.dump({**vars(args), **derived, "versions": versions}, f, indent=2)
+        os.replace(path + ".tmp", path)
 
     def open_progress(self):
         """progress.csv, open for appending. On resume the rows up to the checkpoint are kept and later ones dropped,
-        through a temporary file and an atomic rename: a crash at any moment leaves every kept row in place."""
+        through a .tmp file and a rename: a crash at any moment leaves every kept row in place."""
         path, rows = os.path.join(self.dir, "progress.csv"), []
         columns = [c for c in COLUMNS if not c.startswith("aux_") or hasattr(self.args, "n_pi")]  # PPG's aux phase
         if self.start_iteration and os.path.exists(path):
@@ -1063,11 +1063,6 @@ class Run:
         os.replace(path + ".tmp", path)
         csv_file = open(path, "a", newline="")
         return csv_file, csv.DictWriter(csv_file, fieldnames=columns)
-
-
-def format_eta(seconds):
-    seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
     Procgen   PROCGEN_RANGES and normalized_return(): the normalised return, with its source
     loading   load_runs(): config.json + progress.csv of every run folder under some paths
-    curves    smooth(), curve(), mean_curve(), env_mean_curve() (the paper's: mean over games, then over seeds)
+    curves    smooth(), smooth_over_steps(), curve(), mean_curve(), env_mean_curve() (the paper's: mean over
+              games, then over seeds)
+    env steps in_steps(), last_steps(), step_windows(), column_mean(), run_diagnostics(): a run's rows
+              and statistics by windows of env steps, so runs with different batch sizes compare alike
     finals    final_return(), seed_stats(), group_runs(), summary_rows(), metric_name(), aggregate_final(),
-              write_csv()
+              write_csv(), markdown_table()
 
 A loaded run is a dict {"dir", "config", "columns", "rows"}, every progress.csv cell a float; the figure
 runners' runs also carry "tags" (see sweep.select_runs). Used by plot.py, figures.py, sweep.py and the runners.
@@ -103,12 +106,28 @@ def smooth(values, k):
     return out
 
 
-def curve(run, x="global_step", y="episodic_return", smooth_k=1, normalize=False):
-    """(xs, ys) of one run over the rows where y has a value, smoothed, optionally normalised."""
-    xs = np.array([row.get(x, np.nan) for row in run["rows"]], dtype=float)
-    ys = np.array([row.get(y, np.nan) for row in run["rows"]], dtype=float)
+def smooth_over_steps(steps, values, window):
+    """Trailing mean of the finite values whose env step lies in (step - window, step] (window None or 0:
+    unchanged); nan stays nan. A window in env steps, not iterations, averages the same amount of experience
+    at every batch size: 100,000 steps are 7 iterations of 16,384 steps and 98 of 1,024."""
+    steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    if not window:
+        return values.copy()
+    out = np.full_like(values, np.nan)
+    finite = np.isfinite(values)
+    for i in np.flatnonzero(finite):
+        inside = finite & (steps > steps[i] - window) & (steps <= steps[i])
+        out[i] = values[inside].mean()
+    return out
+
+
+def curve(run, x="global_step", y="episodic_return", smooth_k=1, normalize=False, smooth_steps=None):
+    """(xs, ys) of one run over the rows where y has a value, smoothed over smooth_k iterations or, if given,
+    over smooth_steps env steps (whatever x is), optionally normalised."""
+    xs, steps, ys = (np.array([row.get(c, np.nan) for row in run["rows"]], dtype=float) for c in (x, "global_step", y))
     keep = np.isfinite(xs) & np.isfinite(ys)
-    xs, ys = xs[keep], smooth(ys[keep], smooth_k)
+    xs, ys = xs[keep], (smooth_over_steps(steps[keep], ys[keep], smooth_steps) if smooth_steps
+                        else smooth(ys[keep], smooth_k))
     if normalize:
         ys = normalized_return(ys, run["config"].get("env_id"), run["config"].get("distribution_mode"))
     return xs, ys
@@ -140,13 +159,63 @@ def mean_curve(curves, points=200):
             "max": np.nanmax(stack, 0), "count": count, "n": len(curves)}
 
 
-def env_mean_curve(runs, x="global_step", y="episodic_return", smooth_k=1, normalize=True):
+def env_mean_curve(runs, x="global_step", y="episodic_return", smooth_k=1, normalize=True, smooth_steps=None):
     """The paper's learning curve: for each seed the mean over environments, then mean/std over seeds."""
     by_seed = {}
     for run in runs:
-        by_seed.setdefault(run["config"].get("seed"), []).append(curve(run, x, y, smooth_k, normalize))
+        by_seed.setdefault(run["config"].get("seed"), []).append(curve(run, x, y, smooth_k, normalize, smooth_steps))
     per_seed = [mean_curve(curves) for _, curves in sorted(by_seed.items(), key=lambda kv: str(kv[0]))]
     return mean_curve([(c["x"], c["mean"]) for c in per_seed if c is not None])
+
+
+# --- Windows of env steps ------------------------------------------------------------------------------
+# An iteration is num_envs x num_steps env steps, so "the last 10% of iterations" or "5 iterations" mean
+# different amounts of experience at different batch sizes. These select rows by global_step instead.
+def in_steps(rows, low, high):
+    """The rows whose global_step lies in (low, high]: the iterations that ended within those env steps."""
+    return [row for row in rows if low < row.get("global_step", np.nan) <= high]
+
+
+def last_steps(rows, frac):
+    """The rows of the last `frac` of the run's env steps (at least the last row)."""
+    if not rows:
+        return []
+    end = rows[-1]["global_step"]
+    return in_steps(rows, (1 - frac) * end, end) or rows[-1:]
+
+
+def step_windows(rows, width):
+    """[(low, high, rows in (low, high])] for consecutive windows of `width` env steps from 0 to past the
+    last row (a last iteration that overshoots the run's total_timesteps gets a window of its own)."""
+    if not rows:
+        return []
+    count = math.ceil(rows[-1]["global_step"] / width)
+    return [(k * width, (k + 1) * width, in_steps(rows, k * width, (k + 1) * width)) for k in range(count)]
+
+
+def column_mean(rows, column):
+    """Mean of `column` over the rows where it has a value; nan if none (or no such column)."""
+    values = [row.get(column, np.nan) for row in rows]
+    values = [v for v in values if np.isfinite(v)]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def run_diagnostics(run, frac=0.1, first_steps=100_000):
+    """What a run's progress.csv says beyond its curve: mean clipfrac and approx_kl over the run and over its
+    last `frac` of env steps, the return over its first `first_steps` env steps and its last `frac` of them,
+    the env steps, wall-clock seconds (last time_s) and env steps per second (steps / seconds, and the
+    median of the per-iteration sps column)."""
+    rows = run["rows"]
+    tail, last = last_steps(rows, frac), rows[-1] if rows else {}
+    steps, seconds = last.get("global_step", float("nan")), last.get("time_s", float("nan"))
+    sps = [row.get("sps", np.nan) for row in rows]
+    sps = [v for v in sps if np.isfinite(v)]
+    return {"clipfrac": column_mean(rows, "clipfrac"), "clipfrac_last": column_mean(tail, "clipfrac"),
+            "approx_kl": column_mean(rows, "approx_kl"), "approx_kl_last": column_mean(tail, "approx_kl"),
+            "return_first": column_mean(in_steps(rows, 0, first_steps), "episodic_return"),
+            "return_last": column_mean(tail, "episodic_return"), "global_step": steps, "time_s": seconds,
+            "sps_mean": steps / seconds if seconds > 0 else float("nan"),
+            "sps_median": float(np.median(sps)) if sps else float("nan")}
 
 
 def final_return(rows, frac=0.1, column="episodic_return"):
@@ -221,6 +290,12 @@ def aggregate_final(rows, by, metric=None):
     for row in rows:
         per_seed.setdefault(tuple(row[b] for b in by), {}).setdefault(row["seed"], []).append(row[metric])
     return {key: seed_stats([np.mean(v) for v in seeds.values()]) for key, seeds in per_seed.items()}
+
+
+def markdown_table(header, rows):
+    """A GitHub Markdown table: `header` a list of column titles, `rows` lists of cells (already text)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
 def write_csv(path, rows):

@@ -107,10 +107,8 @@ def pieces_mode(args):
             agent(obs)
         sync()
     forward = (time.perf_counter() - t) / 20
-    argv = ["--num-envs", str(n), "--num-steps", str(steps), "--no-cuda"] + shlex.split(args.extra)
-    cfg = ppo.parse_args(argv)
-    if cfg.micro_batch_size is None:
-        cfg.micro_batch_size = ppo.default_micro_batch_size(device)
+    argv = ["--num-envs", str(n), "--num-steps", str(steps), "--cuda" if device.type == "cuda" else "--no-cuda"]
+    cfg = ppo.parse_args(argv + shlex.split(args.extra))  # the micro-batch default of the device
     b = n * steps
     batch = {"obs": torch.randint(0, 256, (b, 64, 64, 3), dtype=torch.uint8, device=device),
              "actions": torch.randint(0, 15, (b,), device=device), "advantages": torch.randn(b, device=device),

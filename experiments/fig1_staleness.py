@@ -85,8 +85,8 @@ def make_figure(loaded, rows, args, out):
     axes[0].set_xticks(ks, [str(k) for k in ks])
     axes[0].set_title("mean +- std over seeds")
     for ax, variant in zip(axes[1:], variants):
-        figures.plot_curves_by(ax, loaded, "staleness", ks, lambda k: f"staleness {k}", args.smooth,
-                               metric == "normalized", variant=variant)
+        figures.plot_curves_by(ax, loaded, "staleness", ks, lambda k: f"staleness {k}", metric == "normalized",
+                               smooth_k=args.smooth, variant=variant)
         ax.set_title(VARIANTS[variant][2])
     figures.save_figure(fig, out)
 

@@ -1,25 +1,27 @@
-"""Figure 2 of Hilton et al. (Section 5.2): PPG-EWMA at different batch sizes, and the ablations.
+"""Figure 2 of Hilton et al. (Section 5.2): PPG-EWMA (or PPO-EWMA) at different batch sizes, and the ablations.
 
 `--batch-divisor C` divides the envs by C and applies Section 4's adjustments (Adam step size / sqrt(C),
-EWMA centre of mass x C, advantage-normalisation sample size x C, N_pi x C; 1 policy epoch as PPG has).
-Variants:
-  all      ppg_ewma.py --batch-divisor C                  every adjustment (Fig. 2, left)
-  no-lr    ppg_ewma.py --batch-divisor C --no-adjust lr   ablations (Fig. 2, right; App. F Figs 11-14)
-  no-prox  ppg_ewma.py --batch-divisor C --no-adjust prox
-  no-adv   ppg_ewma.py --batch-divisor C --no-adjust adv
-  ppg      ppg.py --batch-divisor C                       no EWMA at all, just PPG (Fig. 15, "2(d)")
+EWMA centre of mass x C, advantage-normalisation sample size x C, PPG's N_pi x C; 1 policy epoch, as PPG
+has: the PPO-EWMA runs pass --update-epochs 1 at every C). Variants, with S the EWMA script (--script):
+  all      S --batch-divisor C                  every adjustment (Fig. 2, left)
+  no-lr    S --batch-divisor C --no-adjust lr   ablations (Fig. 2, right; App. F Figs 11-14)
+  no-prox  S --batch-divisor C --no-adjust prox
+  no-adv   S --batch-divisor C --no-adjust adv
+  no-ewma  ppg.py (or ppo.py) --batch-divisor C  no EWMA at all, the other adjustments (Fig. 15, "2(d)")
 An ablation at C = 1 is the `all` run (nothing to adjust), so ablations run only at C > 1
 (--ablation-divisors). Not reproduced: the paper's reference line of PPG with the KL penalty
 coefficient divided by 256 (the base coefficient is not stated).
 
-Output in --runs-dir: run folders, logs/, fig2_batch_size.png (learning curves of `all` per batch size;
-final return against batch size for all/ppg; the ablations) and fig2_summary.csv (variant, divisor,
-batch_size, env, seed, final_return, normalized, ...). Batch size = iteration batch = envs x steps.
-It also prints the paper's headline number: the difference in final mean (normalised) return between
-the largest and the smallest batch size (paper: 0.052 over the 16 games).
+Output in --runs-dir (or --out-dir): run folders, logs/, fig2_batch_size.png (learning curves of `all` per
+batch size, smoothed over the same env steps at every C; final return against batch size for
+all/no-ewma; the ablations) and fig2_summary.csv (variant, divisor, batch_size, env, seed, final_return,
+normalized, ...). Batch size = iteration batch = envs x steps. It also prints the paper's headline
+number: the difference in final mean (normalised) return between the largest and the smallest batch
+size (paper: 0.052 over the 16 games).
 
-Paper settings (the defaults): 16 games, hard, 3 seeds, 100M env steps, 256 envs (4 workers x 64) x 256
-steps, 8 minibatches, N_pi 32, E_aux 6, divisors 1 4 16 64 256 (down to a single env). GPU-days per run.
+Paper settings (the defaults): ppg_ewma.py, 16 games, hard, 3 seeds, 100M env steps, 256 envs (4
+workers x 64) x 256 steps, 8 minibatches, N_pi 32, E_aux 6, divisors 1 4 16 64 256 (down to a single
+env). GPU-days per run.
 
 --quick (CPU, 44 min measured on the 2-core dev machine, 2 runs at a time on 1 core each):
 starpilot, easy, seeds 1 2, --num-envs 16 --num-steps 64 --num-minibatches 8 --n-pi 2 (a PPG phase is
@@ -28,9 +30,25 @@ all/no-lr/no-prox/no-adv, 12,288 steps (6 phases) per run: 12 ppg_ewma.py runs o
 (the auxiliary phase, 6 epochs of both networks, took 67-79% of it). Checks the pipeline only; the
 second seed shows how far apart one setting's runs land at this scale.
 
+--cpu (batch size-invariance you can see on a CPU): ppo_ewma.py --update-epochs 1 on starpilot, easy,
+seed 1, 1M env steps, the scripts' default 64 envs x 256 steps and 8 minibatches; divisors 1 4 16 (64,
+16 and 4 envs) with all adjustments, and at C = 16 the three ablations: 6 runs with --save-model, 2 at a
+time (one core each on the 2-core dev machine), into runs/fig2_cpu. Roughly 6 hours there (see the
+printed estimate and how it was made). Each run, as soon as it finishes, has its config.json and
+progress.csv copied to docs/runs/<run folder>/ (--committed); runs finished there are skipped and an
+interrupted run goes on from its checkpoint, so the same command continues the sweep in a later
+session; `--seeds 2 --divisors 1 16 --variants all` adds a second seed of C = 1 and C = 16. Output, drawn
+from docs/runs alone: docs/figures/fig2_cpu.png ((a) return against env steps at C = 1, 4, 16; (b) C = 16
+with each ablation, against C = 16 and C = 1; every curve smoothed over --smooth-steps env steps) and
+docs/figures/fig2_cpu_diagnostics.csv, also printed as Markdown: per run the adjusted learning_rate,
+beta_prox and adv_ewma_decay, mean clipfrac and approx_kl over the run and over its last 10% of env
+steps, the return over its first 100k and its last 10% of env steps, and its wall time.
+
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.
 """
+import argparse
+import json
 import os
 import sys
 
@@ -39,49 +57,82 @@ import analysis  # noqa: E402
 import figures  # noqa: E402
 import sweep  # noqa: E402
 
-VARIANTS = {  # name: (script, options, label)
-    "all": ("ppg_ewma", {}, "PPG-EWMA, all adjustments"),
-    "no-lr": ("ppg_ewma", {"no_adjust": ["lr"]}, "no Adam step size adjustment"),
-    "no-prox": ("ppg_ewma", {"no_adjust": ["prox"]}, "no EWMA adjustment"),
-    "no-adv": ("ppg_ewma", {"no_adjust": ["adv"]}, "no advantage normalisation adjustment"),
-    "ppg": ("ppg", {}, "PPG (no EWMA), other adjustments"),
+BASELINES = {"ppg_ewma": "ppg", "ppo_ewma": "ppo"}  # --script: the EWMA script, and its baseline (no-ewma)
+NAMES = {"ppg_ewma": "PPG-EWMA", "ppo_ewma": "PPO-EWMA", "ppg": "PPG", "ppo": "PPO"}
+VARIANTS = {  # name: (options, label)
+    "all": ({}, "all adjustments"),
+    "no-lr": ({"no_adjust": ["lr"]}, "no Adam step size adjustment"),
+    "no-prox": ({"no_adjust": ["prox"]}, "no EWMA adjustment"),
+    "no-adv": ({"no_adjust": ["adv"]}, "no advantage normalisation adjustment"),
+    "no-ewma": ({}, "no EWMA, other adjustments"),
 }
 ABLATIONS = ("no-lr", "no-prox", "no-adv")
-PAPER = {"envs": list(sweep.PROCGEN_GAMES), "seeds": [1, 2, 3], "total_timesteps": 100_000_000,
+PAPER = {"script": "ppg_ewma", "envs": list(sweep.PROCGEN_GAMES), "seeds": [1, 2, 3], "total_timesteps": 100_000_000,
          "distribution_mode": "hard", "num_envs": 256, "num_steps": 256, "num_minibatches": 8,
          "divisors": [1, 4, 16, 64, 256], "variants": list(VARIANTS), "runs_dir": "runs/fig2"}
 QUICK = {"envs": ["starpilot"], "seeds": [1, 2], "total_timesteps": 12_288, "distribution_mode": "easy",
          "num_envs": 16, "num_steps": 64, "num_minibatches": 8, "n_pi": 2, "divisors": [1, 4, 16],
          "variants": ["all", *ABLATIONS], "parallel": 2}
+CPU = {"script": "ppo_ewma", "envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000,
+       "distribution_mode": "easy", "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "divisors": [1, 4, 16],
+       "variants": ["all", *ABLATIONS], "parallel": 2, "save_model": True, "smooth_steps": 100_000,
+       "committed": os.path.join(sweep.ROOT, "docs", "runs"), "out_dir": os.path.join(sweep.ROOT, "docs", "figures"),
+       # Not measured at this configuration: the first iterations of the 1M-step ppo_ewma.py run (3 epochs, 64 envs
+       # x 256 steps, sharing the 2 cores with a ppo.py run) took ~19 s of rollout and ~203 s of update per 16,384
+       # steps, so one epoch is ~19 + 203 / 3 s: ~190 steps/s. cpu_seconds adds 40% at C = 16.
+       "sps_per_core": {"ppo_ewma": 190},
+       "estimate_note": "derived from a 3-epoch run's iteration times, not measured at 1 epoch on one core: "
+                        "take it as +-50%"}
 
 
 def parse_args(argv=None):
     p = sweep.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
+    p.add_argument("--script", choices=list(BASELINES), help="the EWMA script (paper: ppg_ewma; --cpu: ppo_ewma)")
     p.add_argument("--divisors", nargs="+", type=int, metavar="C", help="batch divisors (paper: 1 4 16 64 256)")
     p.add_argument("--ablation-divisors", nargs="+", type=int, metavar="C",
-                   help="divisors at which the ablations run (default: every divisor > 1; --quick: the largest)")
+                   help="divisors at which the ablations run (default: every divisor > 1; --quick, --cpu: the largest)")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="default: all five")
+    p.add_argument("--smooth-steps", type=int, metavar="STEPS",
+                   help="learning curves: moving average over this many env steps at every C (default: --smooth "
+                        "iterations at C = 1; --cpu: 100000)")
+    p.add_argument("--cpu", action="store_true", help="the 1M-step PPO-EWMA preset described above")
     sweep.add_ppg_flags(p)
-    args = sweep.parse_sweep_args(p, argv, PAPER, QUICK, tiny={"divisors": [1, 4]})  # the tiny preset has 4 envs
-    if args.ablation_divisors is None:  # --quick: only at the largest divisor
+    args = sweep.parse_sweep_args(p, argv, PAPER, QUICK, tiny={"divisors": [1, 4]}, cpu=CPU)  # tiny: 4 envs
+    if args.ablation_divisors is None:  # --quick, --cpu: only at the largest divisor
         larger = [c for c in args.divisors if c > 1]
-        args.ablation_divisors = larger[-1:] if args.quick or args.tiny else larger
+        args.ablation_divisors = larger[-1:] if args.quick or args.tiny or args.cpu else larger
     bad = [c for c in set(args.divisors) | set(args.ablation_divisors) if c < 1 or args.num_envs % c]
     if bad:
         p.error(f"argument --divisors: each must divide --num-envs ({args.num_envs}), got {sorted(bad)}")
+    if args.smooth_steps is None:
+        args.smooth_steps = args.smooth * args.num_envs * args.num_steps
     return args
+
+
+def script_of(variant, args):
+    return BASELINES[args.script] if variant == "no-ewma" else args.script
+
+
+def variant_label(variant, args):
+    return (f"{NAMES[script_of(variant, args)]}, " if variant in ("all", "no-ewma") else "") + VARIANTS[variant][1]
+
+
+def envs_label(args, c):
+    return f"{args.num_envs // c} env{'s' if args.num_envs // c > 1 else ''} (C={c})"
 
 
 def build_runs(args):
     runs = []
     for variant in args.variants:
-        script, options, _ = VARIANTS[variant]
+        options, script = VARIANTS[variant][0], script_of(variant, args)
         divisors = args.divisors
         if variant in ABLATIONS:  # C = 1 is the `all` run; plus the divisors where the ablation is run
             divisors = sorted(({1} & set(args.divisors)) | set(args.ablation_divisors))
         for c in divisors:
             name = f"fig2__{script}__div{c}"
             opts = {**sweep.base_options(args, script), "batch_divisor": c}
+            if script.startswith("ppo"):  # PPO's default is 3 epochs; Section 4 assumes 1, at every C alike
+                opts["update_epochs"] = 1
             if c > 1 and options:
                 name += "__" + "__".join(f"no-{x}" for x in options["no_adjust"])
                 opts.update(options)
@@ -104,18 +155,15 @@ def make_figure(loaded, rows, args, out):
     finals = analysis.aggregate_final(rows, ("variant", "batch_size"), metric)
     sizes = sorted({size for _, size in finals})
     fig, axes = figures.subplots(3, "Figure 2: batch size-invariance", args)
-    # An iteration at divisor C is C times fewer env steps: smooth over C times as many iterations, so every
-    # curve averages the same number of env steps and the smaller batches do not look noisier for that alone.
-    figures.plot_curves_by(axes[0], loaded, "divisor", sorted(args.divisors),
-                           lambda c: f"{args.num_envs // c} env{'s' if args.num_envs // c > 1 else ''} (C={c})",
-                           lambda c: args.smooth * c, metric == "normalized", variant="all")
-    axes[0].set_title(f"PPG-EWMA, all adjustments (smoothed over {args.smooth * args.num_envs * args.num_steps:,} "
-                      "env steps)", fontsize="medium")
+    figures.plot_curves_by(axes[0], loaded, "divisor", sorted(args.divisors), lambda c: envs_label(args, c),
+                           metric == "normalized", smooth_steps=args.smooth_steps, variant="all")
+    axes[0].set_title(f"{variant_label('all', args)} (smoothed over {args.smooth_steps:,} env steps)",
+                      fontsize="medium")
     xlabel = f"iteration batch size (envs x {args.num_steps} steps)"
-    figures.plot_final(axes[1], finals, {v: VARIANTS[v][2] for v in ("all", "ppg")}, xlabel,
+    figures.plot_final(axes[1], finals, {v: variant_label(v, args) for v in ("all", "no-ewma")}, xlabel,
                        figures.final_label(metric))
     axes[1].set_title(f"mean +- std over seeds; gap largest-smallest {invariance_gap(finals):+.3f}")
-    figures.plot_final(axes[2], finals, {v: VARIANTS[v][2] for v in ("all", *ABLATIONS)}, xlabel,
+    figures.plot_final(axes[2], finals, {v: variant_label(v, args) for v in ("all", *ABLATIONS)}, xlabel,
                        figures.final_label(metric))
     axes[2].set_title("ablations: all but one adjustment")
     for ax in axes[1:]:
@@ -126,9 +174,87 @@ def make_figure(loaded, rows, args, out):
           f"{invariance_gap(finals):+.3f} (paper: 0.052 in magnitude, 16 hard games, 100M steps)")
 
 
+# --- --cpu: learning curves and per-run diagnostics ------------------------------------------------------
+FIRST_STEPS = 100_000  # "first-100k return": how fast each run starts, beside where it ends
+DIAGNOSTICS = (  # CSV column, Markdown header, Markdown format
+    ("variant", "variant", str), ("C", "C", str), ("seed", "seed", str), ("envs", "envs", str),
+    ("learning_rate", "learning_rate", "{:.3g}".format), ("beta_prox", "beta_prox", "{:.4f}".format),
+    ("adv_ewma_decay", "adv_ewma_decay", "{:.4f}".format), ("clipfrac", "clipfrac", "{:.3f}".format),
+    ("clipfrac_final", "clipfrac, last {final}", "{:.3f}".format), ("approx_kl", "approx_kl", "{:.4f}".format),
+    ("approx_kl_final", "approx_kl, last {final}", "{:.4f}".format),
+    ("return_first_100k", "return, first 100k", "{:.2f}".format),
+    ("final_return", "return, last {final}", "{:.2f}".format),
+    ("wall_time_s", "wall time", sweep.format_wall_time))
+
+
+def diagnostics_rows(loaded, args):
+    """One row per run folder (an ablation at C = 1 is the `all` run, listed once): its variant and C, the
+    envs and adjusted hyperparameters from its config.json, and analysis.run_diagnostics over env steps."""
+    rows, seen = [], set()
+    order = {v: i for i, v in enumerate(VARIANTS)}
+    for run in sorted(loaded, key=lambda r: (r["tags"]["divisor"], order[r["tags"]["variant"]], r["config"]["seed"])):
+        if run["dir"] in seen:
+            continue
+        seen.add(run["dir"])
+        config, d = run["config"], analysis.run_diagnostics(run, args.final_frac, FIRST_STEPS)
+        rows.append({"variant": run["tags"]["variant"], "C": run["tags"]["divisor"], "seed": config["seed"],
+                     "envs": config["num_envs"], "learning_rate": config["learning_rate"],
+                     "beta_prox": config.get("beta_prox", float("nan")), "adv_ewma_decay": config["adv_ewma_decay"],
+                     "clipfrac": d["clipfrac"], "clipfrac_final": d["clipfrac_last"], "approx_kl": d["approx_kl"],
+                     "approx_kl_final": d["approx_kl_last"], "return_first_100k": d["return_first"],
+                     "final_return": d["return_last"], "wall_time_s": d["time_s"],
+                     "run": os.path.basename(os.path.normpath(run["dir"]))})  # not the path: the CSV is committed
+    return rows
+
+
+def diagnostics_markdown(rows, args):
+    final = f"{args.final_frac:.0%}"
+    return analysis.markdown_table([header.format(final=final) for _, header, _ in DIAGNOSTICS],
+                                   [[fmt(row[key]) for key, _, fmt in DIAGNOSTICS] for row in rows])
+
+
+def shown_runs(args):
+    """What the --cpu figure and table show: the preset's design joined with this command's, for every seed
+    committed so far or asked for. A command that adds a second seed of two runs then redraws the whole
+    figure, rather than one of those two runs alone."""
+    seeds = set(args.seeds)
+    for run_dir in analysis.find_run_dirs([args.committed] if args.committed else []):
+        with open(os.path.join(run_dir, "config.json")) as f:
+            seeds.add(json.load(f).get("seed"))
+    divisors = sorted(set(args.divisors) | set(args.preset["divisors"]))
+    design = {"seeds": sorted(seeds), "divisors": divisors, "ablation_divisors": sorted(
+        set(args.ablation_divisors) | {max(args.preset["divisors"])} - {1}),
+        "variants": list(dict.fromkeys([*args.preset["variants"], *args.variants]))}
+    return build_runs(argparse.Namespace(**{**vars(args), **design}))
+
+
+def make_cpu_figure(loaded, rows, args, out):
+    """(a) the return against env steps at every C, all adjustments; (b) at the largest C each ablation,
+    against all adjustments at that C and at C = 1. Every curve is smoothed over the same env steps. Raw
+    episodic return: one game, and the diagnostics table is in the same unit."""
+    divisors, window = sorted({r["tags"]["divisor"] for r in loaded}), args.smooth_steps
+    largest, seeds = divisors[-1], sorted({r["config"]["seed"] for r in loaded})  # the seeds drawn, not asked for
+    fig, axes = figures.subplots(2, f"Figure 2 at CPU scale: {NAMES[args.script]}, batch size-invariance", args, seeds)
+    figures.plot_curves_by(axes[0], loaded, "divisor", divisors, lambda c: envs_label(args, c), False,
+                           smooth_steps=window, variant="all")
+    axes[0].set_title(f"(a) all adjustments, smoothed over {window:,} env steps at every C", fontsize="medium")
+    figures.plot_curves_by(axes[1], loaded, "variant", ["all", *ABLATIONS], lambda v: f"C={largest}: {VARIANTS[v][1]}",
+                           False, smooth_steps=window, divisor=largest)
+    at_1 = [r for r in loaded if r["tags"]["variant"] == "all" and r["tags"]["divisor"] == 1]
+    figures.plot_band(axes[1], analysis.env_mean_curve(at_1, normalize=False, smooth_steps=window),
+                      "C=1: all adjustments", "black", "--")
+    axes[1].set_title(f"(b) ablations at C={largest}: all adjustments but one", fontsize="medium")
+    figures.save_figure(fig, out)
+    print(diagnostics_markdown(rows, args))
+
+
 def main(argv=None):
     args = parse_args(argv)
-    return sweep.sweep_main(args, build_runs(args), ("variant", "divisor", "batch_size"), "fig2_summary.csv",
+    runs = build_runs(args)
+    if args.cpu:
+        return sweep.sweep_main(args, runs, (), "fig2_cpu_diagnostics.csv", "fig2_cpu.png", make_cpu_figure,
+                                summarize=diagnostics_rows, shown=shown_runs(args))
+    return sweep.sweep_main(args, runs, ("variant", "divisor", "batch_size"), "fig2_summary.csv",
                             "fig2_batch_size.png", make_figure)
 
 

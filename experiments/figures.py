@@ -14,14 +14,15 @@ import os
 import analysis
 
 
-def subplots(n, figure, args):
-    """A row of n panels titled `figure` plus the games, difficulty and seeds of the sweep."""
-    seeds = f"seed{'s' if len(args.seeds) > 1 else ''} {' '.join(map(str, args.seeds))}"
+def subplots(n, figure, args, seeds=None):
+    """A row of n panels titled `figure` plus the games, difficulty and seeds (default: the sweep's)."""
+    seeds = args.seeds if seeds is None else seeds
+    seeds = f"seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}"
     title = f"{figure} ({', '.join(args.envs)}; {args.distribution_mode}; {seeds})"
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 4), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(max(4.6 * n, 7.5), 4), squeeze=False)  # one panel: room for the title
     fig.suptitle(title, fontsize="medium")
     return fig, list(axes[0])
 
@@ -48,17 +49,17 @@ def plot_band(ax, stats, label, colour=None, linestyle="-"):
                         color=line.get_color(), alpha=0.15, linewidth=0)
 
 
-def plot_curves_by(ax, loaded, tag, values, label, smooth_k, normalize, **match):
+def plot_curves_by(ax, loaded, tag, values, label, normalize, smooth_k=1, smooth_steps=None, **match):
     """Learning curves (mean over games, then mean +- std over seeds) of the runs whose tags match
-    `match`, one per value of tag `tag`, coloured in order along viridis. smooth_k: a window in
-    iterations, or a function of the value giving one (Fig. 2 smooths over the same env steps)."""
+    `match`, one per value of tag `tag`, coloured in order along viridis. Smoothed over smooth_k iterations,
+    or over smooth_steps env steps: Fig. 2 compares batch sizes, so it smooths every one over the same env
+    steps (a window in iterations would average C times less experience at divisor C)."""
     import matplotlib.pyplot as plt
     for i, value in enumerate(values):
         members = [r for r in loaded if r["tags"].get(tag) == value
                    and all(r["tags"].get(k) == v for k, v in match.items())]
-        k = smooth_k(value) if callable(smooth_k) else smooth_k
-        plot_band(ax, analysis.env_mean_curve(members, smooth_k=k, normalize=normalize), label(value),
-                  plt.get_cmap("viridis")(i / max(1, len(values) - 1)))
+        stats = analysis.env_mean_curve(members, smooth_k=smooth_k, normalize=normalize, smooth_steps=smooth_steps)
+        plot_band(ax, stats, label(value), plt.get_cmap("viridis")(i / max(1, len(values) - 1)))
     ax.set_xlabel("env steps")
     ax.set_ylabel("normalised return" if normalize else "episodic return")
 

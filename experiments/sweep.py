@@ -1,8 +1,9 @@
 """Running a figure's sweep: the training runs it plans, resumably, several at a time; and the command
 line that the figure runners (fig1_staleness.py, fig2_batch_size.py, fig4_ewma_vs_baseline.py) share.
 
-    runs      Run (one training run), command(), find_finished() / is_finished(), select_runs(),
-              core_slots(), run_all(): resumable, P runs at a time, each pinned to its own cores
+    runs      Run (one training run), command(), folders_of(), find_finished() / is_finished(),
+              find_resumable(), launch_command(), commit(), select_runs(), core_slots(), run_all():
+              resumable, P runs at a time, each pinned to its own cores
     CLI       sweep_parser() / parse_sweep_args(): the flags every runner shares, with its presets;
               base_options(); run_sweep() / sweep_main(): train, then summary CSV and figure
 
@@ -13,7 +14,14 @@ A run is identified by (env_id, exp_name, seed); each runner encodes the configu
 exp_name (e.g. `fig1__ppo__old-recent__stale4`). A run counts as done when a folder
 `<runs-dir>/<env>__<exp-name>__<seed>__<time>/` exists whose config.json matches the flags the
 sweep would pass and whose progress.csv reaches the requested total_timesteps; done runs are never
-started again, so an interrupted sweep is continued by running the same command again.
+started again, so an interrupted sweep is continued by running the same command again. A run started
+with --save-model that stopped half-way (its folder has a checkpoint.pt) goes on from its checkpoint,
+`<script>.py --resume <folder>`, instead of starting again from scratch.
+
+With --committed DIR (a preset may set it, e.g. docs/runs), each run's config.json and progress.csv
+(never its checkpoint or videos) are copied to DIR/<run folder name>/ as soon as it finishes; runs
+finished there are skipped, and the figure is drawn from there alone, so the same command continues
+a sweep in a fresh checkout whose runs/ folder is empty.
 """
 import argparse
 import csv
@@ -23,6 +31,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -121,8 +130,8 @@ def last_global_step(run_dir):
         return 0
 
 
-def find_finished(run, runs_dir):
-    """The newest finished folder of `run` in runs_dir, or None."""
+def folders_of(run, runs_dir):
+    """(folder, config) of every folder in runs_dir whose config.json is `run`'s configuration, newest first."""
     pattern = os.path.join(runs_dir, f"{run.env_id}__{run.exp_name}__{run.seed}__*")
     for run_dir in sorted(glob.glob(pattern), key=os.path.getmtime, reverse=True):
         try:
@@ -130,13 +139,50 @@ def find_finished(run, runs_dir):
                 config = json.load(f)
         except (OSError, ValueError):
             continue
-        if config_matches(config, run) and last_global_step(run_dir) >= run.total_timesteps:
-            return run_dir
-    return None
+        if config_matches(config, run):
+            yield run_dir, config
+
+
+def find_finished(run, runs_dir):
+    """The newest finished folder of `run` in runs_dir, or None."""
+    return next((d for d, _ in folders_of(run, runs_dir) if last_global_step(d) >= run.total_timesteps), None)
 
 
 def is_finished(run, runs_dir):
     return find_finished(run, runs_dir) is not None
+
+
+CHECKPOINT = "checkpoint.pt"  # what the scripts write with --save-model
+
+
+def find_resumable(run, runs_dir):
+    """The newest unfinished folder of `run` in runs_dir that has a checkpoint to go on from, or None. A run
+    asked for more steps than it was started with counts too (the scripts extend it); a longer one does not
+    (they refuse to shorten it)."""
+    return next((d for d, config in folders_of(run, runs_dir)
+                 if os.path.isfile(os.path.join(d, CHECKPOINT)) and last_global_step(d) < run.total_timesteps
+                 and config.get("total_timesteps", math.inf) <= run.total_timesteps), None)
+
+
+def launch_command(run, runs_dir, python=None):
+    """The argv that continues `run` from its checkpoint if it has one, else the one that starts it.
+
+    A resumed run takes everything else from its config.json (the scripts refuse other flags that differ)."""
+    run_dir = find_resumable(run, runs_dir)
+    if run_dir:
+        return [python or sys.executable, os.path.join(ROOT, f"{run.script}.py"), "--resume", os.path.abspath(run_dir),
+                "--total-timesteps", str(run.total_timesteps)]
+    return command(run, runs_dir, python)
+
+
+def commit(run_dir, committed):
+    """Copy a finished run's config.json and progress.csv (the record; not its checkpoint or videos, which are
+    large and machine-specific) to <committed>/<run folder name>/; returns that folder."""
+    target = os.path.join(committed, os.path.basename(os.path.normpath(run_dir)))
+    os.makedirs(target, exist_ok=True)
+    for name in ("config.json", "progress.csv"):
+        shutil.copyfile(os.path.join(run_dir, name), os.path.join(target, name))
+    return target
 
 
 def select_runs(runs, runs_dir):
@@ -175,23 +221,31 @@ def unique_runs(runs):
     return unique
 
 
-def cpu_seconds(run):
-    """Rough single-core seconds that `run` takes on the 2-core dev machine (for ordering and estimates).
+def cpu_seconds(run, sps_per_core=None, steps=None):
+    """Rough single-core seconds that `run` (or `steps` of its env steps) takes on the 2-core dev machine, for
+    ordering and estimates; sps_per_core: a preset's own speeds per script, over CPU_SPS_PER_CORE.
 
     Smaller batches cost more per step (per-call overhead): measured ~1.4x at 16 times fewer envs."""
     divisor = int(run.options.get("batch_divisor", 1))
-    return run.total_timesteps / CPU_SPS_PER_CORE[run.script] * (1 + 0.1 * math.log2(divisor))
+    sps = {**CPU_SPS_PER_CORE, **(sps_per_core or {})}[run.script]
+    return (run.total_timesteps if steps is None else steps) / sps * (1 + 0.1 * math.log2(divisor))
 
 
-def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=print):
+def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=print, committed=None):
     """Train every run not finished yet, at most `parallel` at a time; returns the runs that failed.
 
-    The longest runs start first. Each run's output goes to <runs_dir>/logs/<env>__<exp-name>__<seed>.log."""
+    The longest runs start first; a run with a checkpoint goes on from it. Each run's output goes to
+    <runs_dir>/logs/<env>__<exp-name>__<seed>.log. With `committed`, runs finished there are skipped and
+    every run finished in runs_dir is committed there (also one that finished in an earlier session)."""
     os.makedirs(os.path.join(runs_dir, "logs"), exist_ok=True)
     pending = []
     for run in sorted(unique_runs(runs), key=cpu_seconds, reverse=True):
-        if is_finished(run, runs_dir):
+        if committed and is_finished(run, committed):
+            log(f"skip (committed): {run.env_id} {run.exp_name} seed {run.seed}")
+        elif is_finished(run, runs_dir):
             log(f"skip (finished): {run.env_id} {run.exp_name} seed {run.seed}")
+            if committed:
+                log(f"committed to {commit(find_finished(run, runs_dir), committed)}")
         else:
             pending.append(run)
     slots = core_slots(parallel, cores_per_run)
@@ -201,14 +255,15 @@ def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=pri
             run, slot = pending.pop(0), free.pop(0)
             cores = slots[slot]
             path = os.path.join(runs_dir, "logs", f"{run.env_id}__{run.exp_name}__{run.seed}.log")
-            logfile = open(path, "w")
+            argv = launch_command(run, runs_dir, python)
+            verb = "resume" if "--resume" in argv else "start"
+            logfile = open(path, "a" if verb == "resume" else "w")  # a resumed run's log goes on
             env = dict(os.environ, **({"OMP_NUM_THREADS": str(len(cores)), "MKL_NUM_THREADS": str(len(cores))}
                                       if cores else {}))
-            argv = command(run, runs_dir, python)
             proc = subprocess.Popen(argv, stdout=logfile, stderr=subprocess.STDOUT, env=env,
                                     preexec_fn=(lambda cores=cores: os.sched_setaffinity(0, cores)) if cores else None)
             started += 1
-            log(f"[{started}/{total}] start on cores {cores}: {shlex.join(argv[1:])}")
+            log(f"[{started}/{total}] {verb} on cores {cores}: {shlex.join(argv[1:])}")
             active.append((proc, run, slot, logfile, path, time.time()))
         time.sleep(0.2)
         for item in list(active):
@@ -220,6 +275,8 @@ def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=pri
             logfile.close()
             if proc.returncode == 0 and is_finished(run, runs_dir):
                 log(f"done in {time.time() - start:.0f}s: {run.env_id} {run.exp_name} seed {run.seed}")
+                if committed:
+                    log(f"committed to {commit(find_finished(run, runs_dir), committed)}")
             else:
                 failed.append(run)
                 tail = open(path).read()[-1500:]
@@ -232,7 +289,8 @@ def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=pri
 # (measured with the other core busy; a free machine is somewhat faster). Only for the printed estimate.
 CPU_SPS_PER_CORE = {"ppo": 130, "ppo_ewma": 90, "ppg": 30, "ppg_ewma": 28}
 TINY = {"envs": ["starpilot"], "seeds": [1], "distribution_mode": "easy", "num_envs": 4, "num_steps": 32,
-        "num_minibatches": 2, "total_timesteps": 512, "n_pi": 2, "e_aux": 1, "parallel": 2, "no_cuda": True}
+        "num_minibatches": 2, "total_timesteps": 512, "n_pi": 2, "e_aux": 1, "parallel": 2, "no_cuda": True,
+        "committed": None, "out_dir": None}  # tiny runs never land in docs/, whatever preset they shrink
 
 
 def sweep_parser(description, epilog=""):
@@ -249,7 +307,12 @@ def sweep_parser(description, epilog=""):
     a("--num-minibatches", type=int, help="minibatches per epoch (paper: 8)")
     a("--parallel", type=int, help="runs trained at the same time")
     a("--cores-per-run", type=int, help="CPU cores each run is pinned to (default: all cores / --parallel)")
-    a("--runs-dir", help="where the run folders go; the figure and summary CSV are written there too")
+    a("--runs-dir", help="where the run folders go; the figure and summary CSV too, unless --out-dir")
+    a("--out-dir", help="where the figure and summary CSV go (default: --runs-dir)")
+    a("--save-model", action="store_true", default=None,
+      help="pass --save-model: runs checkpoint, and a run that stopped half-way goes on from its checkpoint")
+    a("--committed", metavar="DIR", help="copy each finished run's config.json and progress.csv to DIR/<run folder>/, "
+                                         "skip runs finished there, and draw the figure from there alone")
     a("--final-frac", type=float, default=0.1, help="final return = mean over this last fraction of iterations")
     a("--smooth", type=int, default=5, help="moving-average window (iterations) for the learning curves")
     a("--extra", default="", help="more flags for every training command, e.g. \"--bf16\"; not part of a run's "
@@ -267,15 +330,23 @@ def add_ppg_flags(parser):
     parser.add_argument("--e-aux", type=int, help="PPG auxiliary epochs (paper: 6)")
 
 
-def parse_sweep_args(parser, argv, paper, quick, tiny=None):
-    """Parse, then fill every flag left unset from the tiny, quick or paper preset (in that order)."""
+def parse_sweep_args(parser, argv, paper, quick, tiny=None, **presets):
+    """Parse, then fill every flag left unset from the tiny, chosen or paper preset (in that order).
+
+    presets: a runner's own presets by flag name (e.g. cpu=CPU for --cpu), chosen like --quick; --tiny shrinks
+    whichever is chosen (--quick by default). The runs go to the paper's --runs-dir + _<preset name>."""
     args = parser.parse_args(argv)
-    preset = {**paper, **(quick if args.quick or args.tiny else {}), **({**TINY, **(tiny or {})} if args.tiny else {})}
+    chosen = [name for name in ("quick", *presets) if getattr(args, name)]
+    if len(chosen) > 1:
+        parser.error(f"argument --{chosen[1]}: not allowed with --{chosen[0]}")
+    named = {"quick": quick, **presets}[chosen[0]] if chosen else quick if args.tiny else {}
+    preset = {**paper, **named, **({**TINY, **(tiny or {})} if args.tiny else {})}
     for dest, value in preset.items():
         if dest != "runs_dir" and getattr(args, dest, None) is None:
             setattr(args, dest, value)
     if args.runs_dir is None:
-        args.runs_dir = preset["runs_dir"] + ("_tiny" if args.tiny else "_quick" if args.quick else "")
+        args.runs_dir = preset["runs_dir"] + ("_tiny" if args.tiny else f"_{chosen[0]}" if chosen else "")
+    args.preset = preset  # what the preset alone asks for, beside what the command line changed
     if args.parallel is None:
         args.parallel = 1
     return args
@@ -290,6 +361,8 @@ def base_options(args, script):
         for dest in ("n_pi", "e_aux"):
             if getattr(args, dest, None) is not None:
                 options[dest] = getattr(args, dest)
+    if args.save_model:
+        options["save_model"] = True
     if args.no_cuda:
         options["cuda"] = False
     return options
@@ -301,43 +374,63 @@ def format_duration(seconds):
     return f"{seconds / 3600:.1f} h" if seconds >= 3 * 3600 else f"{seconds / 60:.0f} min"
 
 
-def run_sweep(args, runs):
-    """Train the runs (unless --plot-only/--dry-run); returns the loaded finished runs, with tags."""
+def format_wall_time(seconds):
+    """`5,346 s (89 min)`: the seconds a run logged, and readably where that is over a minute."""
+    return f"{seconds:,.0f} s" + (f" ({format_duration(seconds)})" if seconds >= 60 else "")
+
+
+def run_sweep(args, runs, shown=None):
+    """Train the runs (unless --plot-only/--dry-run); returns the loaded finished runs of `shown` (default:
+    `runs`), with tags."""
     for run in runs:
         run.extra = shlex.split(args.extra)
-    todo = [run for run in unique_runs(runs) if not is_finished(run, args.runs_dir)]
-    seconds = sum(map(cpu_seconds, todo)) / max(1, min(args.parallel, os.cpu_count() or 1))
-    print(f"{len(unique_runs(runs))} runs planned, {len(todo)} still to train in {args.runs_dir}; rough estimate on "
-          f"this kind of 2-core CPU: {format_duration(seconds)} at {args.parallel} in parallel (a GPU is much faster)",
-          flush=True)
+    committed = args.committed
+    todo = [run for run in unique_runs(runs)
+            if not is_finished(run, args.runs_dir) and not (committed and is_finished(run, committed))]
+
+    def steps_left(run):  # a run with a checkpoint goes on from it
+        resumable = find_resumable(run, args.runs_dir)
+        return run.total_timesteps - (last_global_step(resumable) if resumable else 0)
+    seconds = (sum(cpu_seconds(run, getattr(args, "sps_per_core", None), steps_left(run)) for run in todo)
+               / max(1, min(args.parallel, os.cpu_count() or 1)))
+    print(f"{len(unique_runs(runs))} runs planned, {len(todo)} still to train in {args.runs_dir}"
+          + (f" (each copied to {committed} when it finishes)" if committed else "") + "; rough estimate on "
+          f"this kind of 2-core CPU: {format_duration(seconds)} at {args.parallel} in parallel (a GPU is much faster)"
+          + (f"; {args.estimate_note}" if getattr(args, "estimate_note", None) else ""), flush=True)
     args.failed = []
     if args.dry_run:
         for run in todo:
-            print(shlex.join(command(run, args.runs_dir)))
+            print(shlex.join(launch_command(run, args.runs_dir)))
         return None
     if not args.plot_only:
-        args.failed = run_all(runs, args.runs_dir, args.parallel, args.cores_per_run)
-    loaded = select_runs(runs, args.runs_dir)
-    print(f"{len({r['dir'] for r in loaded})}/{len(unique_runs(runs))} runs finished"
-          + (f"; {len(args.failed)} failed" if args.failed else ""), flush=True)
+        args.failed = run_all(runs, args.runs_dir, args.parallel, args.cores_per_run, committed=committed)
+    shown = shown or runs
+    loaded = select_runs(shown, committed or args.runs_dir)  # committed: every finished run has been copied there
+    print(f"{len({r['dir'] for r in loaded})}/{len(unique_runs(shown))} runs finished"
+          + (f" in {committed}" if committed else "") + (f"; {len(args.failed)} failed" if args.failed else ""),
+          flush=True)
     return loaded
 
 
-def sweep_main(args, runs, tag_names, summary_name, figure_name, make_figure):
-    """The runners' main(): train, then write the summary CSV and the figure into --runs-dir.
+def sweep_main(args, runs, tag_names, summary_name, figure_name, make_figure, summarize=None, shown=None):
+    """The runners' main(): train, then write the summary CSV and the figure into --out-dir (or --runs-dir).
 
-    Returns (figure, summary) paths, or None for --dry-run. Exits with status 1 if a run failed."""
-    loaded = run_sweep(args, runs)
+    The figure and CSV show the finished runs among `shown` (default: `runs`, those trained).
+    summarize(loaded, args) gives the CSV's rows (default: analysis.summary_rows by tag_names), which
+    make_figure(loaded, rows, args, path) receives. Returns (figure, summary) paths, or None for --dry-run.
+    Exits with status 1 if a run failed."""
+    loaded = run_sweep(args, runs, shown)
     if loaded is None:
         return None
-    rows = analysis.summary_rows(loaded, tag_names, args.final_frac)
-    summary, figure = os.path.join(args.runs_dir, summary_name), os.path.join(args.runs_dir, figure_name)
-    analysis.write_csv(summary, rows)
+    rows = summarize(loaded, args) if summarize else analysis.summary_rows(loaded, tag_names, args.final_frac)
+    out_dir = args.out_dir or args.runs_dir
+    summary, figure = os.path.join(out_dir, summary_name), os.path.join(out_dir, figure_name)
     if rows:
+        analysis.write_csv(summary, rows)
         make_figure(loaded, rows, args, figure)
         print(f"figure {figure}\nsummary {summary}")
-    else:
-        print(f"no finished runs in {args.runs_dir}: empty summary {summary}, no figure")
+    else:  # nothing written: an empty summary would replace a good one (--out-dir may be docs/figures)
+        print(f"no finished runs in {args.committed or args.runs_dir}: no summary, no figure")
     if args.failed:
         sys.exit(f"{len(args.failed)} run(s) failed; see {os.path.join(args.runs_dir, 'logs')}")
     return figure, summary

@@ -16,6 +16,9 @@ EWMA_SCRIPTS = ("ppo_ewma", "ppg_ewma")
 PPG_SCRIPTS = ("ppg", "ppg_ewma")
 # A run of a few seconds: 4 envs x 32 steps, 2 minibatches of 64; PPG phases of 2 iterations.
 TINY = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--no-cuda"]
+# Tests that touch a device run on the CPU, and on the GPU too where there is one: the same suite checks a GPU machine.
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]
 TINY_PPG = ["--n-pi", "2", "--e-aux", "1"]
 # progress.csv columns computed from the learner alone (time_s, sps and the *_time_s columns are wall-clock)
 LEARNING_COLUMNS = ["iteration", "global_step", "episodic_return", "episodic_length", "policy_loss", "value_loss",
@@ -34,15 +37,17 @@ def load(name, folder=ROOT):
     return sys.modules[name]
 
 
-def tiny_argv(name, *extra):
-    return TINY + (TINY_PPG if name in PPG_SCRIPTS else []) + list(extra)
+def tiny_argv(name, *extra, device="cpu"):
+    argv = TINY + (TINY_PPG if name in PPG_SCRIPTS else []) + list(extra)
+    return argv if str(device) == "cpu" else [a for a in argv if a != "--no-cuda"] + ["--cuda"]
 
 
-def run_tiny(name, tmp_path, *extra, iterations=2):
-    """Run `name`'s main() in-process on the tiny config; return (run_dir, progress rows)."""
+def run_tiny(name, tmp_path, *extra, iterations=2, device="cpu"):
+    """Run `name`'s main() in-process on the tiny config (on `device`); return (run_dir, progress rows)."""
     module = load(name)
     steps = 4 * 32 * iterations
-    run_dir = module.main(tiny_argv(name, "--runs-dir", str(tmp_path), "--total-timesteps", str(steps), *extra))
+    argv = tiny_argv(name, "--runs-dir", str(tmp_path), "--total-timesteps", str(steps), *extra, device=device)
+    run_dir = module.main(argv)
     return run_dir, read_progress(run_dir)
 
 
@@ -114,6 +119,11 @@ def bad_argument(capsys, monkeypatch, tmp_path):
         assert (sorted(os.listdir(tmp_path)), sorted(os.listdir(folder))) == before, "something was written"
         return err
     return check
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)
 
 
 @pytest.fixture(params=SCRIPTS)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (PPG_SCRIPTS, ROOT, TINY, StatelessEnv, assert_same_state, learning_columns, load,
-                      read_progress, tiny_argv)
+from conftest import (GPU, PPG_SCRIPTS, ROOT, TINY, StatelessEnv, assert_same_state, learning_columns, load,
+                      read_progress, run_tiny, tiny_argv)
 
 
 def checkpoint(run_dir, name="checkpoint.pt"):
@@ -168,3 +168,55 @@ def test_exploding_losses_warn_once_and_the_run_goes_on(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert len(read_progress(run_dir)) == 3
     assert err.count("warning:") == 1 and "iteration 1: value_loss = 1e+28: the run is diverging" in err
+
+
+# --- Checkpoints across devices (Ready for the GPU) ------------------------------------------------------------------
+def test_a_checkpoint_keeps_the_cpu_generator_and_the_run_devices_only(device, tmp_path):
+    """No per-GPU list of every visible GPU's generator (a resume with fewer GPUs visible failed on it): the CPU's
+    generator and, on a GPU, the run's own device's."""
+    run_dir, _ = run_tiny("ppo", tmp_path, "--save-model", iterations=1, device=device)
+    rng = checkpoint(run_dir)["rng"]
+    assert set(rng) == {"torch", "cuda"} and rng["torch"].dtype == torch.uint8
+    assert (rng["cuda"] is None) == (device.type == "cpu")
+
+
+def test_a_resume_ignores_a_gpu_generator_it_cannot_use(tmp_path, monkeypatch):
+    """A GPU-saved checkpoint resumed on the CPU: the GPU generator's state is left alone, nothing fails."""
+    ppo = load("ppo")
+    run_dir, _ = run_tiny("ppo", tmp_path, "--save-model", iterations=1)
+    state = checkpoint(run_dir)
+    state["rng"]["cuda"] = torch.randint(0, 256, (16,), dtype=torch.uint8)  # a GPU generator's state, as saved there
+    torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
+    assert ppo.main(["--resume", run_dir, "--total-timesteps", "256", "--no-cuda"]) == run_dir
+    assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2"]
+
+
+@GPU
+@pytest.mark.parametrize("saved_on,resumed_on", [("cpu", "cuda"), ("cuda", "cpu")])
+def test_resume_across_devices(saved_on, resumed_on, tmp_path):
+    """A CPU run resumed on a GPU and a GPU run on a CPU: both go on (the GPU generator starts from the seed)."""
+    ppo = load("ppo_ewma")
+    run_dir, _ = run_tiny("ppo_ewma", tmp_path, "--save-model", iterations=1, device=saved_on)
+    assert ppo.main(["--resume", run_dir, "--total-timesteps", "256", "--cuda" if resumed_on == "cuda" else "--no-cuda"])
+    rows = read_progress(run_dir)
+    assert [r["iteration"] for r in rows] == ["1", "2"] and np.isfinite(float(rows[1]["policy_loss"]))
+
+
+def test_after_resume_the_optimiser_state_is_laid_out_as_a_fresh_one(device, tmp_path, monkeypatch):
+    """Adam's `step` counters on the CPU and its moments on the parameters' device, as in an optimiser that has
+    just taken its first step: a `step` on the GPU would cost a host sync per parameter and step."""
+    ppo = load("ppo")
+    real_update, layouts = ppo.update, []
+
+    def recording_update(agent, optimizer, *args, **kwargs):
+        params = optimizer.param_groups[0]["params"]  # in order: the state's keys are the parameter objects
+        layouts.append({(i, k): (v.device.type, v.dtype) for i, p in enumerate(params)
+                        for k, v in optimizer.state.get(p, {}).items()})
+        return real_update(agent, optimizer, *args, **kwargs)
+    monkeypatch.setattr(ppo, "update", recording_update)
+    run_dir, _ = run_tiny("ppo", tmp_path, "--save-model", iterations=2, device=device)
+    ppo.main(["--resume", run_dir, "--total-timesteps", "384"])
+    fresh_after_one_step, resumed = layouts[1], layouts[2]
+    assert resumed == fresh_after_one_step and len(resumed) == 3 * len(list(ppo.Agent(15).parameters()))
+    assert {layout for (_, key), layout in resumed.items() if key == "step"} == {("cpu", torch.float32)}
+    assert {layout for (_, key), layout in resumed.items() if key != "step"} == {(device.type, torch.float32)}

@@ -46,6 +46,7 @@ COMMON_BAD = [
     (["--exp-name", "../escape"], "--exp-name"),  # never a folder outside --runs-dir
     (["--exp-name", "a/b"], "--exp-name"),
     (["--exp-name", ""], "--exp-name"),
+    (["--exp-name", "x" * 101], "--exp-name"),  # a folder name must stay below the file system's 255 bytes
     (["--save-interval", "5"], "--save-interval"),  # does nothing without --save-model
     (["--video-interval", "5"], "--video-interval"),
     (["--eval-interval", "5"], "--eval-interval"),
@@ -98,6 +99,8 @@ RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the mes
     ("ppo", ["--resume", "RUN", "--total-timesteps", "512"], "--resume", "made by ppo_ewma.py, not ppo.py"),
     ("ppg", ["--evaluate", "RUN"], "--evaluate", "made by ppo_ewma.py, not ppg.py"),
     ("ppo_ewma", ["--resume", "RUN/nowhere"], "--resume", "No such file"),
+    ("ppo_ewma", ["--evaluate", "RUN", "--eval-episodes", "0"], "--eval-episodes", "needs at least 1 episode"),
+    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", "512", "--bf16"], "--bf16", "has False, got True"),
 ]
 
 
@@ -141,3 +144,25 @@ def test_help_explains_every_flag_and_shows_its_default(script, capsys):
     flags = {"--" + dest.replace("_", "-") for dest in vars(script.parse_args([]))}
     flags -= {"--adam-betas", "--aux-minibatch-trajs", "--aux-learning-rate"}  # set by Section 4's adjustments
     assert flags <= helped, sorted(flags - helped)
+
+
+def test_a_runs_dir_with_a_tilde_is_the_home_folder(tmp_path, monkeypatch):
+    """`--runs-dir=~/runs` reaches the script with its `~` (the shell expands only a word that starts with it)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    run_dir = load("ppo").main(tiny_argv("ppo", "--runs-dir=~/runs", "--total-timesteps", "128"))
+    assert os.path.dirname(run_dir) == str(tmp_path / "home" / "runs")
+    assert sorted(os.listdir(tmp_path)) == ["home"]  # no folder named ~
+
+
+def test_resume_takes_the_saved_config_and_only_safe_changes(finished_run, tmp_path):
+    """The saved config.json is the parser's defaults: a resume needs no flag but --resume, repeats of the run's
+    values are accepted, and the flags that cannot change the run's maths may change (here --micro-batch-size)."""
+    import shutil
+    ppo_ewma = load("ppo_ewma")
+    run_dir = str(shutil.copytree(finished_run, tmp_path / "copy"))
+    args = ppo_ewma.parse_args(["--resume", run_dir, "--total-timesteps", "512", "--num-envs", "4", "--gamma",
+                                "0.999", "--micro-batch-size", "16"])
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert args.num_envs == config["num_envs"] == 4 and args.learning_rate == config["learning_rate"]
+    assert args.total_timesteps == 512 and args.micro_batch_size == 16 and args.resume == run_dir

@@ -16,10 +16,11 @@ def closed_form(thetas, beta):
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.5, 0.889, 0.99])
-def test_ewma_equals_closed_form_weighted_average(ewma_script, beta):
+def test_ewma_equals_closed_form_weighted_average(ewma_script, beta, device):
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)).double()
+    net = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)).double().to(device)
     ewma = ewma_script.EWMA(net, beta)
+    assert all(p.device.type == device.type for p in ewma.net.parameters())
     history = [[p.detach().clone() for p in net.parameters()]]  # theta_0: the weights when the EWMA starts
     for _ in range(7):
         with torch.no_grad():
@@ -105,7 +106,7 @@ def test_prox_log_probs_come_from_the_ewma_weights_at_each_step(ewma_script, mon
 
 def test_beta_prox_zero_makes_prox_the_current_network(ewma_script, tmp_path):
     """With beta_prox = 0 the EWMA is theta itself after every step, so on every minibatch prox = theta:
-    the logged KL against prox and the clip fraction are exactly 0 (SPEC's quick check), the capped
+    the logged KL against prox and the clip fraction are exactly 0 (a quick check of the EWMA), the capped
     fraction too, while the policy still learns (the importance weight pi_theta/pi_behav is not 1)."""
     _, rows = run_tiny(ewma_script.__name__, tmp_path, "--beta-prox", "0", iterations=2)
     assert all(float(r["approx_kl"]) == 0.0 and float(r["clipfrac"]) == 0.0 for r in rows)

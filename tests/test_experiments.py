@@ -4,51 +4,14 @@ import csv
 import json
 import math
 import os
+import shutil
+import sys
 
 import numpy as np
 import pytest
 
 from conftest import ROOT, load
-
-EXPERIMENTS = os.path.join(ROOT, "experiments")
-
-
-def load_experiment(name):
-    """experiments/<name>.py, imported under its own name (the runners `import sweep` etc. too)."""
-    return load(name, EXPERIMENTS)
-
-
-# The shared modules, analysis first: figures and sweep import it by name, and experiments/ is not on
-# sys.path until a runner puts it there.
-analysis = load_experiment("analysis")
-figures = load_experiment("figures")
-sweep = load_experiment("sweep")
-
-
-def write_run(parent, env_id, exp_name, seed, returns, batch=128, mode="easy", extra=None, config=None,
-              seconds_per_iteration=2.0):
-    """A run folder as the scripts write it; `returns` holds None where no episode ended."""
-    run_dir = os.path.join(str(parent), f"{env_id}__{exp_name}__{seed}__{1000 + seed}")
-    os.makedirs(run_dir)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump({"env_id": env_id, "exp_name": exp_name, "seed": seed, "distribution_mode": mode, "num_envs": 4,
-                   "num_steps": batch // 4, "batch_divisor": 1, **(config or {})}, f)
-    columns = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length"] + list(extra or {})
-    with open(os.path.join(run_dir, "progress.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for i, ret in enumerate(returns):
-            row = {"iteration": i + 1, "global_step": (i + 1) * batch, "time_s": (i + 1) * seconds_per_iteration,
-                   "sps": batch / seconds_per_iteration, "episodic_return": "" if ret is None else ret,
-                   "episodic_length": "" if ret is None else 50}
-            row.update({k: ("" if v[i] is None else v[i]) for k, v in (extra or {}).items()})
-            writer.writerow(row)
-    return run_dir
-
-
-def has(cmd, flag, value):
-    """`flag value` appears as adjacent tokens of the command."""
-    return any(a == flag and b == value for a, b in zip(cmd, cmd[1:]))
+from synthetic_runs import analysis, figures, has, load_experiment, sweep, write_run
 
 
 # --- Normalised return ---------------------------------------------------------------------------------
@@ -70,6 +33,12 @@ def test_normalized_return_matches_the_formula_by_hand():
 def test_smooth_and_final_return_by_hand():
     np.testing.assert_allclose(analysis.smooth([1, np.nan, 3, 5], 2), [1, np.nan, 2, 4])
     np.testing.assert_allclose(analysis.smooth([1, 2, 3], 1), [1, 2, 3])
+    # over env steps: the values whose step lies in (step - 250, step]; nan neither counts nor changes
+    steps = [100, 200, 300, 400, 500]
+    np.testing.assert_allclose(analysis.smooth_over_steps(steps, [1, 3, np.nan, 5, 9], 250),
+                               [1, (1 + 3) / 2, np.nan, (3 + 5) / 2, (5 + 9) / 2])
+    np.testing.assert_allclose(analysis.smooth_over_steps(steps, [1, 3, 4, 5, 9], 300), [1, 2, 8 / 3, 4, 6])
+    np.testing.assert_allclose(analysis.smooth_over_steps(steps, [1, 3, 4], None), [1, 3, 4])
     rows = [{"episodic_return": float(v)} for v in range(1, 21)]  # 20 iterations: last 10% = iterations 19, 20
     assert analysis.final_return(rows) == pytest.approx((19 + 20) / 2)
     rows[-1]["episodic_return"] = float("nan")  # no episode ended in the last iteration
@@ -107,22 +76,42 @@ def test_mean_curve_interpolates_runs_with_gaps(tmp_path):
     np.testing.assert_allclose(stats["mean"], [(1 + 3) / 2, (2 + 4) / 2, (3 + 5.5) / 2, (5 + 7) / 2])
 
 
-def test_curves_by_tag_smooth_each_value_over_its_own_window(tmp_path):
-    # Fig. 2 smooths divisor C over C times as many iterations: here C=1 unsmoothed, C=2 over 2 iterations
+def test_curves_by_tag_smooth_every_value_over_the_same_env_steps(tmp_path):
+    # Fig. 2 smooths every divisor C over the same env steps: 128 steps are 1 iteration of 128 (C=1) and 2 of 64
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     for c in (1, 2):
-        write_run(tmp_path, "starpilot", f"div{c}", 1, [2.0, 4.0, 8.0, 16.0], mode="other")
+        write_run(tmp_path, "starpilot", f"div{c}", 1, [2.0, 4.0, 8.0, 16.0], batch=128 // c, mode="other")
     loaded = analysis.load_runs(str(tmp_path))
     for run in loaded:
         run["tags"] = {"divisor": int(run["config"]["exp_name"][3:])}
     fig, ax = plt.subplots()
-    figures.plot_curves_by(ax, loaded, "divisor", [1, 2], str, lambda c: c, normalize=False)
-    lines = {line.get_label(): line.get_ydata() for line in ax.get_lines()}
-    np.testing.assert_allclose(lines["1"], [2, 4, 8, 16])
-    np.testing.assert_allclose(lines["2"], [2, 3, 6, 12])
+    figures.plot_curves_by(ax, loaded, "divisor", [1, 2], str, False, smooth_steps=128)
+    lines = {line.get_label(): (line.get_xdata(), line.get_ydata()) for line in ax.get_lines()}
+    np.testing.assert_allclose(lines["1"][1], [2, 4, 8, 16])
+    np.testing.assert_allclose(lines["2"][0], [64, 128, 192, 256])
+    np.testing.assert_allclose(lines["2"][1], [2, 3, 6, 12])
     plt.close(fig)
+
+
+def test_env_step_windows_by_hand(tmp_path):
+    # iterations of 30,000 steps: (0, 100k] holds 30k 60k 90k; (200k, 300k] holds 210k 240k 270k and 300k itself
+    extra = {"clipfrac": [0.1] * 9 + [0.3], "sps": [10, 20, 30, 40, 50, 60, 70, 80, 90, 5]}
+    run = analysis.load_run(write_run(tmp_path, "starpilot", "a", 1, [1, 2, 3, 4, 5, 6, None, 8, 9, 10], batch=30_000,
+                                      extra=extra))
+    windows = analysis.step_windows(run["rows"], 100_000)
+    assert [(low, high, [r["global_step"] for r in rows]) for low, high, rows in windows] == [
+        (0, 100_000, [30_000, 60_000, 90_000]), (100_000, 200_000, [120_000, 150_000, 180_000]),
+        (200_000, 300_000, [210_000, 240_000, 270_000, 300_000])]
+    assert [analysis.column_mean(rows, "episodic_return") for _, _, rows in windows] == [2, 5, 9]  # (8 + 9 + 10) / 3
+    d = analysis.run_diagnostics(run, frac=0.1, first_steps=100_000)
+    # last 10% of 300k env steps: global_step in (270k, 300k], the last iteration alone
+    assert (d["clipfrac"], d["clipfrac_last"]) == (pytest.approx((0.1 * 9 + 0.3) / 10), pytest.approx(0.3))
+    assert (d["return_first"], d["return_last"]) == (2, 10)
+    assert (d["global_step"], d["time_s"]) == (300_000, 20)  # 2 s per iteration
+    assert d["sps_mean"] == 15_000 and d["sps_median"] == 45
+    assert math.isnan(d["approx_kl"])  # no such column
 
 
 def test_dedupe_keeps_the_run_that_got_furthest(tmp_path):
@@ -198,15 +187,20 @@ def test_staleness_runner_commands():
 def test_batch_size_runner_commands():
     batch_size = load_experiment("fig2_batch_size")
     args = batch_size.parse_args(["--divisors", "1", "4", "--seeds", "1", "--envs", "starpilot", "--num-envs", "64",
-                                  "--variants", "all", "no-lr", "ppg"])
+                                  "--variants", "all", "no-lr", "no-ewma"])
     cmds = {(r.tags["variant"], r.tags["divisor"]): sweep.command(r, "/tmp/r") for r in batch_size.build_runs(args)}
     ablation = cmds[("no-lr", 4)]
     assert ablation[1].endswith("ppg_ewma.py") and " --batch-divisor 4 --no-adjust lr" in " ".join(ablation)
     assert has(cmds[("all", 4)], "--batch-divisor", "4") and "--no-adjust" not in cmds[("all", 4)]
     assert cmds[("no-lr", 1)] == cmds[("all", 1)]  # nothing to adjust at C = 1: the ablation is the full run
-    assert cmds[("ppg", 4)][1].endswith(os.sep + "ppg.py") and has(cmds[("ppg", 4)], "--batch-divisor", "4")
+    assert cmds[("no-ewma", 4)][1].endswith(os.sep + "ppg.py") and has(cmds[("no-ewma", 4)], "--batch-divisor", "4")
+    assert not any("--update-epochs" in c or "--save-model" in c for c in cmds.values())  # PPG: 1 policy epoch anyway
+    ppo = batch_size.build_runs(batch_size.parse_args(["--script", "ppo_ewma", "--variants", "all", "no-ewma"]))
+    assert {r.script for r in ppo} == {"ppo_ewma", "ppo"} and all(r.options["update_epochs"] == 1 for r in ppo)
     with pytest.raises(SystemExit):
         batch_size.parse_args(["--divisors", "3", "--num-envs", "64"])
+    with pytest.raises(SystemExit):
+        batch_size.parse_args(["--cpu", "--quick"])
 
 
 def test_ewma_runner_commands():
@@ -217,6 +211,94 @@ def test_ewma_runner_commands():
     assert all(has(c, "--num-envs", "16") and has(c, "--distribution-mode", "easy") for c in cmds.values())
     assert has(cmds["ppg"], "--n-pi", "8") and "--n-pi" not in cmds["ppo"]
     assert has(cmds["ppg_ewma"], "--exp-name", "fig4__ppg_ewma")
+
+
+# --- Fig. 2 at CPU scale: the --cpu preset ---------------------------------------------------------------
+CPU_RUNS = {(1, ()), (4, ()), (16, ()), (16, ("lr",)), (16, ("prox",)), (16, ("adv",))}  # (C, --no-adjust)
+
+
+def test_cpu_preset_plans_six_ppo_ewma_runs_at_the_scripts_defaults(tmp_path, capsys):
+    batch_size, ppo_ewma = load_experiment("fig2_batch_size"), load("ppo_ewma")
+    args = batch_size.parse_args(["--cpu"])
+    assert (args.runs_dir, args.parallel, args.save_model, args.smooth_steps) == ("runs/fig2_cpu", 2, True, 100_000)
+    assert (args.committed, args.out_dir) == (os.path.join(ROOT, "docs", "runs"), os.path.join(ROOT, "docs", "figures"))
+    runs = sweep.unique_runs(batch_size.build_runs(args))
+    assert len(runs) == 6
+    assert {(r.options["batch_divisor"], tuple(r.options.get("no_adjust", []))) for r in runs} == CPU_RUNS
+    defaults = vars(ppo_ewma.parse_args([]))
+    for run in runs:
+        cmd = sweep.command(run, str(tmp_path))
+        assert cmd[1] == os.path.join(ROOT, "ppo_ewma.py") and "--save-model" in cmd
+        issue = (("--env-id", "starpilot"), ("--seed", "1"), ("--total-timesteps", "1000000"), ("--update-epochs", "1"))
+        assert all(has(cmd, flag, value) for flag, value in issue)
+        # today's ppo_ewma.py accepts it and runs at its defaults but for the issue's flags and Section 4's adjustments
+        parsed = vars(ppo_ewma.parse_args(cmd[2:]))
+        c, dropped = run.options["batch_divisor"], run.options.get("no_adjust", [])
+        changed = {k for k in defaults if parsed[k] != defaults[k]}
+        assert changed <= {"exp_name", "total_timesteps", "update_epochs", "save_model", "runs_dir", "batch_divisor",
+                           "num_envs", "no_adjust", "learning_rate", "beta_prox", "adv_ewma_decay"}, changed
+        assert parsed["num_envs"] == 64 // c and (parsed["num_steps"], parsed["num_minibatches"]) == (256, 8)
+        assert parsed["learning_rate"] == pytest.approx(5e-4 / (1 if "lr" in dropped else math.sqrt(c)))
+        assert ("beta_prox" in changed) == (c > 1 and "prox" not in dropped)
+        assert ("adv_ewma_decay" in changed) == (c > 1 and "adv" not in dropped)
+    assert batch_size.main(["--cpu", "--dry-run", "--runs-dir", str(tmp_path / "runs"),
+                            "--committed", str(tmp_path / "committed")]) is None
+    out = capsys.readouterr().out
+    assert "6 runs planned, 6 still to train" in out and out.count("ppo_ewma.py --env-id starpilot --seed 1") == 6
+    assert "estimate" in out and "h at 2 in parallel" in out
+    # a second seed of C = 1 and C = 16 only
+    second = batch_size.build_runs(batch_size.parse_args(["--cpu", "--seeds", "2", "--divisors", "1", "16",
+                                                          "--variants", "all"]))
+    assert [(r.seed, r.options["batch_divisor"], r.options.get("no_adjust")) for r in second] == [(2, 1, None),
+                                                                                                 (2, 16, None)]
+
+
+def recorded_config(run):
+    """What config.json records of `run`'s options (the envs after division by C), as sweep.config_matches reads it."""
+    return {**run.options, "num_envs": run.options["num_envs"] // run.options.get("batch_divisor", 1),
+            "no_adjust": run.options.get("no_adjust", []), "total_timesteps": run.total_timesteps}
+
+
+def test_cpu_sweep_skips_committed_runs_and_commits_finished_ones(tmp_path, capsys):
+    batch_size = load_experiment("fig2_batch_size")
+    runs_dir, committed = tmp_path / "runs", tmp_path / "committed"
+    argv = ["--cpu", "--total-timesteps", "512", "--runs-dir", str(runs_dir), "--committed", str(committed)]
+    runs = {r.exp_name: r for r in batch_size.build_runs(batch_size.parse_args(argv))}
+    at_1, at_4 = runs["fig2__ppo_ewma__div1"], runs["fig2__ppo_ewma__div4"]
+    write_run(committed, "starpilot", at_1.exp_name, 1, [1.0, 2.0], batch=256, config=recorded_config(at_1))
+    done = write_run(runs_dir, "starpilot", at_4.exp_name, 1, [1.0, 2.0], batch=256, config=recorded_config(at_4))
+    for name in ("checkpoint.pt", "videos"):  # never committed
+        open(os.path.join(done, name), "w").close()
+    log = []
+    assert sweep.run_all([at_1, at_4], str(runs_dir), committed=str(committed), log=log.append) == []
+    copy = os.path.join(str(committed), os.path.basename(done))
+    assert sorted(log) == sorted(["skip (committed): starpilot fig2__ppo_ewma__div1 seed 1",
+                                  "skip (finished): starpilot fig2__ppo_ewma__div4 seed 1", f"committed to {copy}"])
+    assert sorted(os.listdir(copy)) == ["config.json", "progress.csv"]
+    for name in ("config.json", "progress.csv"):
+        assert open(os.path.join(copy, name)).read() == open(os.path.join(done, name)).read()
+    assert batch_size.main(argv + ["--dry-run"]) is None  # the other four are still to train
+    out = capsys.readouterr().out
+    assert "6 runs planned, 4 still to train" in out and "__div1 " not in out and "__div4 " not in out
+
+
+def test_sweep_resumes_an_unfinished_run_from_its_checkpoint(tmp_path):
+    run = sweep.Run("ppo_ewma", "starpilot", 1, "fig2__ppo_ewma__div16", 512,
+                    {"num_envs": 64, "batch_divisor": 16, "update_epochs": 1, "save_model": True})
+    fresh = sweep.command(run, str(tmp_path))
+    assert sweep.launch_command(run, str(tmp_path)) == fresh
+    folder = write_run(tmp_path, "starpilot", run.exp_name, 1, [1.0], batch=256, config=recorded_config(run))
+    assert sweep.launch_command(run, str(tmp_path)) == fresh  # stopped before its first checkpoint: start again
+    open(os.path.join(folder, sweep.CHECKPOINT), "w").close()
+    assert sweep.launch_command(run, str(tmp_path)) == [sys.executable, os.path.join(ROOT, "ppo_ewma.py"), "--resume",
+                                                        os.path.abspath(folder), "--total-timesteps", "512"]
+    other = sweep.Run(**{**run.__dict__, "options": {**run.options, "batch_divisor": 4}})
+    assert sweep.find_resumable(other, str(tmp_path)) is None  # same name, another configuration
+    shorter = sweep.Run(**{**run.__dict__, "total_timesteps": 128})
+    assert sweep.find_resumable(shorter, str(tmp_path)) is None  # a script never shortens a run
+    with open(os.path.join(folder, "progress.csv"), "a") as f:
+        f.write("2,512,4.0,64.0,2.0,50\n")
+    assert sweep.find_resumable(run, str(tmp_path)) is None and sweep.is_finished(run, str(tmp_path))
 
 
 # --- Resumable sweeps ----------------------------------------------------------------------------------
@@ -268,3 +350,41 @@ def test_staleness_runner_end_to_end(tmp_path, capsys):
     staleness.main(argv)  # again: both runs are finished, nothing is trained
     assert capsys.readouterr().out.count("skip (finished)") == 2
     assert sorted(d for d in os.listdir(tmp_path) if d.startswith("starpilot__")) == run_dirs
+
+
+def test_cpu_preset_end_to_end_commits_resumes_and_skips(tmp_path, capsys):
+    # The --cpu path on the tiny config: C = 1 and 4 of 4 envs x 32 steps, PPO-EWMA with --save-model; 128 env
+    # steps are 1 iteration at C = 1 and 4 at C = 4
+    batch_size = load_experiment("fig2_batch_size")
+    runs_dir, committed = tmp_path / "runs", tmp_path / "committed"
+    argv = ["--cpu", "--tiny", "--variants", "all", "--runs-dir", str(runs_dir), "--committed", str(committed)]
+    figure, summary = batch_size.main(argv + ["--total-timesteps", "128"])
+    out = capsys.readouterr().out
+    assert out.count("start on cores") == 2 and out.count("done in") == 2 and out.count("committed to") == 2
+    folders = sorted(os.listdir(committed))
+    assert len(folders) == 2
+    assert all(sorted(os.listdir(committed / f)) == ["config.json", "progress.csv"] for f in folders)
+    assert all(os.path.isfile(runs_dir / f / "checkpoint.pt") for f in folders)  # checkpoints stay in runs_dir
+    rows = list(csv.DictReader(open(summary)))
+    assert os.path.basename(summary) == "fig2_cpu_diagnostics.csv" and os.path.getsize(figure) > 0
+    assert [(r["variant"], r["C"], r["envs"], r["run"]) for r in rows] == [("all", "1", "4", folders[0]),  # div1
+                                                                          ("all", "4", "1", folders[1])]  # div4
+    assert [float(r["learning_rate"]) for r in rows] == pytest.approx([5e-4, 5e-4 / 2])  # Adam step size / sqrt(C)
+    assert all(float(r["wall_time_s"]) > 0 and r["clipfrac"] != "" for r in rows)
+    assert "| variant | C | seed | envs | learning_rate |" in out  # the table, as Markdown
+    # asked for more steps: both runs go on from their checkpoints, in their own folders, and are committed again
+    batch_size.main(argv + ["--total-timesteps", "256"])
+    out = capsys.readouterr().out
+    assert out.count("resume on cores") == 2 and out.count("done in") == 2 and "--resume" in out
+    assert sorted(d for d in os.listdir(runs_dir) if d.startswith("starpilot__")) == folders
+    assert sorted(os.listdir(committed)) == folders
+    for folder in folders:
+        progress = list(csv.DictReader(open(committed / folder / "progress.csv")))
+        assert int(progress[-1]["global_step"]) == 256
+        assert json.load(open(committed / folder / "config.json"))["total_timesteps"] == 256
+    # a fresh checkout (no runs/): nothing to train, the figure from the committed runs alone
+    shutil.rmtree(runs_dir)
+    figure, summary = batch_size.main(argv + ["--total-timesteps", "256"])
+    out = capsys.readouterr().out
+    assert out.count("skip (committed)") == 2 and "start on cores" not in out
+    assert len(list(csv.DictReader(open(summary)))) == 2

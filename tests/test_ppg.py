@@ -1,5 +1,6 @@
 """PPG-specific behaviour of ppg.py and ppg_ewma.py: the aux buffer, the aux phase, the phase schedule,
 PPG-EWMA's reset of the proximal network at the start of every policy phase, and PPG's argument checks."""
+import io
 import math
 
 import pytest
@@ -73,7 +74,23 @@ def test_aux_buffer_add_stores_whole_per_env_trajectories_in_time_order(ppg_scri
         assert torch.equal(buffer.returns[N + i], ret1[:, i])
         assert torch.equal(buffer.obs[i], obs0[:, i])  # the first add is untouched
         assert torch.equal(buffer.returns[i], ret0[:, i])
-    assert buffer.obs.dtype == torch.uint8  # stored as uint8 (SPEC: float32 would not fit in RAM)
+    assert buffer.obs.dtype == torch.uint8  # stored as uint8: float32 would not fit in RAM at the defaults
+
+
+def test_a_checkpoint_holds_the_filled_part_of_the_aux_buffer_only(ppg_script, device):
+    """One phase's first rollout of 4 trajectories in a buffer of 64: the saved state is those 4 trajectories (a
+    slice would have saved the buffer's whole storage, 16 times as much), and it loads back into a new buffer."""
+    T, N, n_pi = 32, 4, 16
+    buffer = ppg_script.AuxBuffer(n_pi, N, T, device)
+    _, _, batch = labelled_phase(T, N, seed=3)
+    buffer.add({k: v.to(device) for k, v in batch.items()}, T)
+    saved = io.BytesIO()
+    torch.save(buffer.state_dict(), saved)
+    filled = N * T * (64 * 64 * 3 + 4)  # uint8 frames and float32 returns
+    assert filled < saved.tell() < filled + 10_000, (saved.tell(), filled)
+    restored = ppg_script.AuxBuffer(n_pi, N, T, device)
+    restored.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=True))
+    assert restored.size == N and torch.equal(restored.obs[:N], buffer.obs[:N])
 
 
 # --- aux phase ---------------------------------------------------------------------------------------------
@@ -250,3 +267,15 @@ def test_ppg_ewma_resets_ewma_after_each_aux_phase_and_never_updates_it_during_o
 
 
 
+
+
+def test_under_staleness_the_first_iterations_count_toward_the_run_and_the_phase(tmp_path, capsys):
+    """--staleness 1, N_pi 2, 4 iterations: iteration 1 only collects, yet it counts toward the total and the phase
+    clock, so the aux phases still end iterations 2 and 4; the first phase's aux phase has one rollout (4
+    trajectories), the second two (8). (The official code counts only iterations that train: see the guide.)"""
+    _, rows = run_tiny("ppg", tmp_path, "--staleness", "1", iterations=4)
+    assert [r["policy_loss"] == "" for r in rows] == [True, False, False, False]
+    assert [r["aux_kl"] != "" for r in rows] == [False, True, False, True]
+    assert int(rows[-1]["global_step"]) == 4 * 32 * 4
+    out = capsys.readouterr().out
+    assert "aux epoch 1/1 over 4 trajectories" in out and "aux epoch 1/1 over 8 trajectories" in out

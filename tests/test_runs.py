@@ -3,26 +3,29 @@ import json
 import math
 import os
 
+import torch
+
 from conftest import LEARNING_COLUMNS, PPG_SCRIPTS, run_dirs, run_tiny
 
 
-def test_tiny_run_writes_config_and_progress(script, tmp_path, capsys):
+def test_tiny_run_writes_config_and_progress(script, device, tmp_path, capsys):
     name = script.__name__
-    run_dir, rows = run_tiny(name, tmp_path, "--exp-name", "tiny", iterations=2)
+    run_dir, rows = run_tiny(name, tmp_path, "--exp-name", "tiny", iterations=2, device=device)
     assert run_dirs(tmp_path) == [run_dir] and os.path.basename(run_dir).startswith("starpilot__tiny__1__")
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert config["num_envs"] == 4 and config["batch_size"] == 128 and config["num_iterations"] == 2
-    assert config["device"] == "cpu" and config["versions"]["torch"]
+    assert torch.device(config["device"]).type == device.type and config["versions"]["torch"]
     columns = set(rows[0])
     assert set(LEARNING_COLUMNS + ["time_s", "sps"]) <= columns
     assert "imp_samp_capfrac" in columns  # the importance-weight cap is in every script (Appendix B)
     assert ({"aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"} <= columns) == (name in PPG_SCRIPTS)
     assert [int(r["global_step"]) for r in rows] == [128, 256]
+    assert sorted(os.listdir(run_dir)) == ["config.json", "progress.csv", "run.lock"]
     for row in rows:
         for col in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_std", "sps"):
             assert math.isfinite(float(row[col]))
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("tiny on starpilot") and "4 envs x 32 steps" in out[0]
+    assert out[0].startswith(f"tiny on starpilot (easy), {config['device']}: 4 envs x 32 steps")
     assert out[1].startswith("iter 1/2 | step 128 | return") and "sps" in out[1] and "eta" in out[1]
 
 

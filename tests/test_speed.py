@@ -56,10 +56,11 @@ def test_micro_batches_give_the_same_parameters_after_an_optimiser_step(script):
     assert any(not torch.equal(p_one[k], initial[k]) for k in p_one)
 
 
-def test_speed_options_run_and_leave_the_hyperparameters_alone(tmp_path):
+def test_speed_options_run_and_leave_the_hyperparameters_alone(tmp_path, device):
     """--bf16 and --micro-batch-size change only their own keys in config.json."""
-    base, _ = run_tiny("ppo_ewma", tmp_path / "base", iterations=1)
-    fast, rows = run_tiny("ppo_ewma", tmp_path / "fast", "--bf16", "--micro-batch-size", "16", iterations=1)
+    base, _ = run_tiny("ppo_ewma", tmp_path / "base", iterations=1, device=device)
+    fast, rows = run_tiny("ppo_ewma", tmp_path / "fast", "--bf16", "--micro-batch-size", "16", iterations=1,
+                          device=device)
     a, b = (json.load(open(os.path.join(d, "config.json"))) for d in (base, fast))
     assert {k for k in a if a[k] != b[k]} == {"bf16", "micro_batch_size", "runs_dir"}
     assert math.isfinite(float(rows[0]["policy_loss"]))
@@ -78,8 +79,14 @@ def test_bf16_autocast_stays_inside_the_cnn():
     torch.testing.assert_close(agent32(obs)[0], logits, rtol=0.05, atol=0.02)
 
 
-def test_compile_runs_and_keeps_parameter_names(tmp_path):
-    run_dir, rows = run_tiny("ppo", tmp_path, "--compile", "--save-model", iterations=1)
+def test_compile_runs_and_keeps_parameter_names(tmp_path, device):
+    """--compile compiles one graph per batch size and grad mode (the rollout's, the minibatch's with gradients, ...),
+    under a raised limit: past Dynamo's default of 8 it would fall back to eager without a word."""
+    import torch._dynamo.utils
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    run_dir, rows = run_tiny("ppo", tmp_path, "--compile", "--save-model", iterations=1, device=device)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs >= 2
+    assert torch._dynamo.config.cache_size_limit >= 32
     state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert set(state["agent"]) == set(load("ppo").Agent(15).state_dict())
     assert rows[0]["policy_loss"] != ""

@@ -1,0 +1,210 @@
+"""docs/runs/: every committed run is complete and is still what today's script would run with the same command
+line, and the figure commands draw from the committed runs; the learning-curve command (experiments/
+learning_curve.py) on synthetic run folders, its tables checked by hand."""
+import csv
+import json
+import os
+
+import pytest
+
+from conftest import ROOT, load
+from synthetic_runs import analysis, figures, load_experiment, sweep, write_run
+
+COMMITTED = os.path.join(ROOT, "docs", "runs")
+learning_curve = load_experiment("learning_curve")
+batch_size = load_experiment("fig2_batch_size")
+
+# The flags that say which run it is, given on its command line whatever their value.
+IDENTITY = ("env_id", "seed", "exp_name", "total_timesteps", "batch_divisor", "update_epochs", "no_adjust")
+# Keys that may differ between two launches of the same run: where and how it ran, not what it trained.
+PER_LAUNCH = ("runs_dir",  # the launching machine's folder
+              "save_model",  # checkpoints or not
+              "resume", "evaluate",  # a resumed run records the folder it went on from
+              "cuda",  # the GPU where there is one: the algorithm is the same
+              "micro_batch_size")  # set at start for the device; micro-batches add up to the same gradient
+# Keys only config.json has: worked out at start from the others, or describing the machine and packages.
+DERIVED = ("device", "versions", "world_size", "script", "batch_size", "minibatch_size", "num_iterations",
+           "global_batch_size")
+
+
+def committed_folders(parent=COMMITTED):
+    """Every folder in docs/runs (each must be a complete run; there may be none yet)."""
+    found = [os.path.join(parent, d) for d in os.listdir(parent)] if os.path.isdir(parent) else []
+    return sorted(d for d in found if os.path.isdir(d))
+
+
+def fig2_cpu_plan():
+    """{(env, exp_name, seed): sweep.Run} of what `fig2_batch_size.py --cpu` trains and draws from docs/runs."""
+    return {run.key: run for run in batch_size.shown_runs(batch_size.parse_args(["--cpu"]))}
+
+
+def command_line(config, plans):
+    """The flags of the run in `config`: those that identify it and, for a figure runner's run, the options that
+    runner passes (sizes, difficulty, --save-model, ...). Everything else is left to today's defaults."""
+    options = {key: config[key] for key in IDENTITY if key in config}
+    if config["exp_name"] != config["script"][:-3]:  # not the script's own name: a figure runner's run
+        planned = plans.get((config["env_id"], config["exp_name"], config["seed"]))
+        if planned is None:
+            return None
+        options.update(planned.options)  # what the runner passes, in place of the recorded values
+    return sweep.option_tokens(options)
+
+
+def problems(run_dir, plans, capsys):
+    """What is wrong with one committed run folder (empty: nothing)."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            config = json.load(f)
+        with open(os.path.join(run_dir, "progress.csv")) as f:
+            rows = list(csv.DictReader(f))
+        last = int(float(rows[-1]["global_step"])) if rows else 0
+    except (OSError, ValueError, KeyError) as e:
+        return [f"cannot read config.json and progress.csv: {e}"]
+    found = []
+    if last < config.get("total_timesteps", float("inf")):
+        found.append(f"progress.csv reaches {last} of total_timesteps {config.get('total_timesteps')}")
+    argv = command_line(config, plans)
+    if argv is None:
+        return found + [f"exp_name {config['exp_name']!r} is neither its script's name nor a run of "
+                        "fig2_batch_size.py --cpu: which command made it?"]
+    try:
+        today = vars(load(config["script"][:-3]).parse_args(argv))
+    except SystemExit:
+        return found + [f"today's {config['script']} refuses {' '.join(argv)}: {capsys.readouterr().err.strip()}"]
+    today = {k: list(v) if isinstance(v, tuple) else v for k, v in today.items()}  # JSON has lists for tuples
+    skip = PER_LAUNCH + DERIVED
+    for key in sorted((set(config) | set(today)) - set(skip)):
+        if key not in today:
+            found.append(f"{key}: in config.json, not a flag of today's {config['script']}")
+        elif key not in config:
+            found.append(f"{key}: a flag of today's {config['script']}, not in config.json")
+        elif config[key] != today[key]:
+            found.append(f"{key}: config.json has {config[key]!r}, today's {config['script']} {' '.join(argv)} "
+                         f"gives {today[key]!r}")
+    return found
+
+
+# --- Every committed run -------------------------------------------------------------------------------
+def test_every_committed_run_is_complete_and_what_todays_script_would_run(capsys):
+    plans = fig2_cpu_plan()
+    report, keys = {}, {}
+    for run_dir in committed_folders():
+        found = problems(run_dir, plans, capsys)
+        if not found:
+            config = json.load(open(os.path.join(run_dir, "config.json")))
+            key = (config["env_id"], config["exp_name"], config["seed"])
+            if key in keys:  # the figures would show one of them only
+                found.append(f"the same run as {os.path.basename(keys[key])}")
+            keys[key] = run_dir
+        if found:
+            report[os.path.basename(run_dir)] = found
+    assert not report, "\n".join(f"{name}:\n  " + "\n  ".join(found) for name, found in report.items())
+
+
+def recorded(script, argv, **changes):
+    """config.json as `script` writes it for the command line argv (after a JSON round trip), with `changes`."""
+    args = vars(load(script).parse_args(argv))
+    derived = {"micro_batch_size": 32, "batch_size": 1, "minibatch_size": 1, "num_iterations": 1, "device": "cpu",
+               "world_size": 1, "global_batch_size": 1, "script": f"{script}.py", "versions": {"torch": "x"}}
+    config = json.loads(json.dumps({**args, **derived}))
+    for key, value in changes.items():
+        if value is None:
+            del config[key]
+        else:
+            config[key] = value
+    return config
+
+
+def write_committed(parent, config, steps):
+    run_dir = os.path.join(str(parent), f"{config['env_id']}__{config['exp_name']}__{config['seed']}__1")
+    os.makedirs(run_dir)
+    json.dump(config, open(os.path.join(run_dir, "config.json"), "w"))
+    with open(os.path.join(run_dir, "progress.csv"), "w") as f:
+        f.write("iteration,global_step,episodic_return\n" + "".join(f"{i + 1},{s},1.0\n" for i, s in enumerate(steps)))
+    return run_dir
+
+
+def test_the_check_fails_when_a_default_changes(tmp_path, capsys):
+    # a 1M run of ppo.py and a fig2 --cpu ablation as the scripts record them today: nothing to report
+    plans = fig2_cpu_plan()
+    plain = ["--env-id", "starpilot", "--seed", "1", "--total-timesteps", "1000000", "--save-model"]
+    ablation = plans[("starpilot", "fig2__ppo_ewma__div16__no-prox", 1)]
+    fig2_argv = sweep.command(ablation, "runs")[2:]
+
+    def check(script, argv, steps=(1_000_000,), **changes):
+        folder = write_committed(tmp_path / str(len(os.listdir(tmp_path))), recorded(script, argv, **changes), steps)
+        return problems(folder, plans, capsys)
+    assert check("ppo", plain) == [] and check("ppo_ewma", fig2_argv) == []
+    assert check("ppo", plain, cuda=True, runs_dir="elsewhere", resume="runs/x", micro_batch_size=0) == []
+    # the same runs after a default changed, a flag was added or removed, or the run stopped early
+    assert check("ppo", plain, gamma=0.99)[0].startswith("gamma: config.json has 0.99, today's ppo.py")
+    assert check("ppo_ewma", fig2_argv, beta_prox=0.5)[0].startswith("beta_prox: config.json has 0.5")
+    assert check("ppo_ewma", fig2_argv, adam_betas=[0.9, 0.99])[0].startswith("adam_betas")
+    assert check("ppo", plain, ent_coef=None) == ["ent_coef: a flag of today's ppo.py, not in config.json"]
+    assert check("ppo", plain, old_flag=1) == ["old_flag: in config.json, not a flag of today's ppo.py"]
+    assert check("ppo", plain, steps=(16_384, 32_768)) == ["progress.csv reaches 32768 of total_timesteps 1000000"]
+    # a figure runner's run that the runner does not plan, and one today's script refuses
+    assert "which command made it" in check("ppo_ewma", fig2_argv, exp_name="fig2__ppo_ewma__div2")[0]
+    assert "refuses" in check("ppo_ewma", plain, update_epochs=2, batch_divisor=4)[0]
+
+
+# --- The figure commands on the committed runs ---------------------------------------------------------
+def test_figure_commands_draw_the_committed_runs(tmp_path, capsys):
+    runs = learning_curve.default_runs(COMMITTED, 1_000_000)
+    if runs:
+        out = learning_curve.main(["-o", str(tmp_path / "learning_1m.png")])
+        assert os.path.getsize(out) > 0
+        printed = capsys.readouterr().out
+        assert all(label in printed for label in learning_curve.run_labels(runs))
+    fig2_runs = [d for d in committed_folders() if os.path.basename(d).split("__")[1:2] == ["fig2"]]
+    if fig2_runs:
+        figure, summary = batch_size.main(["--cpu", "--plot-only", "--runs-dir", str(tmp_path / "runs"),
+                                           "--out-dir", str(tmp_path)])
+        assert os.path.getsize(figure) > 0
+        assert sorted(row["run"] for row in csv.DictReader(open(summary))) == sorted(map(os.path.basename, fig2_runs))
+
+
+# --- learning_curve.py on synthetic runs ---------------------------------------------------------------
+def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch):
+    runs = tmp_path / "docs_runs"
+    # ppo: 10 iterations of 30,000 steps, 3 s each; ppo_ewma: 6 of 50,000, 5 s each; both 300,000 steps
+    write_run(runs, "starpilot", "ppo", 1, [1, 2, 3, 4, 5, 6, None, 8, 9, 10], batch=30_000, seconds_per_iteration=3,
+              config={"script": "ppo.py", "total_timesteps": 300_000},
+              extra={"sps": [10, 20, 30, 40, 50, 60, 70, 80, 90, 5]})
+    write_run(runs, "starpilot", "ppo_ewma", 1, [2, 4, 6, 8, 10, 12], batch=50_000, seconds_per_iteration=5,
+              config={"script": "ppo_ewma.py", "total_timesteps": 300_000})
+    # not taken by default: a figure runner's run, and a run of another length
+    write_run(runs, "starpilot", "fig2__ppo_ewma__div1", 1, [0] * 6, batch=50_000,
+              config={"script": "ppo_ewma.py", "total_timesteps": 300_000})
+    write_run(runs / "longer", "starpilot", "ppo", 1, [0] * 12, batch=50_000,
+              config={"script": "ppo.py", "total_timesteps": 600_000})
+    monkeypatch.setattr(learning_curve, "RUNS", str(runs))
+    drawn, save = {}, figures.save_figure
+
+    def record(fig, out):
+        drawn.update(title=fig._suptitle.get_text(), ylabel=fig.axes[0].get_ylabel(),
+                     lines={line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()})
+        save(fig, out)
+    monkeypatch.setattr(figures, "save_figure", record)
+    out = str(tmp_path / "figures" / "learning.png")
+    assert learning_curve.main(["--total-timesteps", "300000", "-o", out, "--smooth-steps", "60000"]) == out
+    printed = capsys.readouterr().out
+    assert os.path.getsize(out) > 0
+    # return per 100k env steps: the iterations ending in (0, 100k], (100k, 200k], (200k, 300k]
+    # ppo: 1 2 3 | 4 5 6 | (none) 8 9 10;  ppo_ewma: 2 4 | 6 8 | 10 12
+    assert ("| env steps | ppo seed 1 | ppo_ewma seed 1 |\n|---|---|---|\n| (0, 100k] | 2.00 | 3.00 |\n"
+            "| (100k, 200k] | 5.00 | 7.00 |\n| (200k, 300k] | 9.00 | 11.00 |\n") in printed
+    # wall time = last time_s; env steps / wall time; median of the sps column
+    assert "| ppo seed 1 | 300,000 | 30 s | 10000 | 45 |" in printed
+    assert "| ppo_ewma seed 1 | 300,000 | 30 s | 10000 | 10000 |" in printed
+    assert "one game, one seed" in drawn["title"] and "60,000 env steps" in drawn["ylabel"]
+    # smoothed over the iterations ending in the last 60,000 env steps: 2 iterations of either size here
+    assert drawn["lines"]["ppo_ewma"] == pytest.approx([2, 3, 5, 7, 9, 11])
+    assert drawn["lines"]["ppo"] == pytest.approx([1, 1.5, 2.5, 3.5, 4.5, 5.5, 8, 8.5, 9.5])
+    # run folders on the command line: every run there, whatever made it; a shared label becomes the folder name
+    learning_curve.main([str(runs), "-o", out])
+    header = capsys.readouterr().out.split("\n")[2]
+    assert header.count("|") == 6 and "starpilot__ppo__1__1001" in header and "fig2__ppo_ewma__div1" in header
+    with pytest.raises(SystemExit) as exit_info:
+        learning_curve.main([str(tmp_path / "figures"), "-o", out])
+    assert exit_info.value.code == 2 and "no runs" in capsys.readouterr().err
