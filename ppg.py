@@ -974,7 +974,7 @@ class Run:
             with writing(self.dir, self.close):
                 self.progress.writerow(self.row)
                 self.csv_file.flush()
-        eta = int((now - self.start_time) / (iteration - self.start_iteration) * (self.num_iterations - iteration))
+        eta = int((now - self.start_time) / iteration * (self.num_iterations - iteration))  # the whole run, resumes too
         ret = f"{self.row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
         say(f"iter {iteration}/{self.num_iterations} | step {self.row['global_step']:,} | return {ret} | "
             f"sps {self.row['sps']:.0f} | eta {eta // 3600}h{eta % 3600 // 60:02d}m")

@@ -53,6 +53,19 @@ def test_resume_on_procgen_keeps_the_past_and_starts_fresh_episodes(tmp_path):
     assert changed == {"total_timesteps", "num_iterations", "resume"}
 
 
+def test_a_resumed_run_estimates_its_remaining_time_from_the_whole_run(tmp_path, capsys):
+    """The ETA after --resume: time so far (the checkpoint's time_s included) over iterations so far."""
+    ppo = load("ppo")
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256", "--save-model"))
+    state = checkpoint(run_dir)
+    state["time_s"] = 7200.0  # 2 iterations took an hour each
+    torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
+    capsys.readouterr()
+    ppo.main(["--resume", run_dir, "--total-timesteps", "512"])
+    out = capsys.readouterr().out
+    assert "iter 3/4 |" in out and "eta 0h40m" in out.split("iter 3/4 |")[1].splitlines()[0]  # 7200 s / 3 * 1
+
+
 def test_sigterm_saves_a_loadable_checkpoint_and_prints_the_resume_command(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "ppo_ewma.py"), *TINY, "--total-timesteps", "100000", "--save-model",
            "--save-interval", "1000"]
