@@ -4,6 +4,7 @@ learning_curve.py) on synthetic run folders, its tables checked by hand."""
 import csv
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -208,3 +209,11 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit) as exit_info:
         learning_curve.main([str(tmp_path / "figures"), "-o", out])
     assert exit_info.value.code == 2 and "no runs" in capsys.readouterr().err
+
+
+def test_git_keeps_a_committed_runs_files_and_leaves_out_its_checkpoint():
+    """docs/runs/<run>/config.json and progress.csv can be committed; a checkpoint copied there by mistake cannot."""
+    run = os.path.join("docs", "runs", "starpilot__ppo__1__1")
+    paths = [os.path.join(run, name) for name in ("config.json", "progress.csv", "checkpoint.pt")]
+    ignored = subprocess.run(["git", "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert ignored == [paths[2]]
