@@ -33,16 +33,16 @@ second seed shows how far apart one setting's runs land at this scale.
 --cpu (batch size-invariance you can see on a CPU): ppo_ewma.py --update-epochs 1 on starpilot, easy,
 seed 1, 1M env steps, the scripts' default 64 envs x 256 steps and 8 minibatches; divisors 1 4 16 (64,
 16 and 4 envs) with all adjustments, and at C = 16 the three ablations: 6 runs with --save-model, 2 at a
-time (one core each on the 2-core dev machine), into runs/fig2_cpu. Roughly 6 hours there (see the
-printed estimate and how it was made). Each run, as soon as it finishes, has its config.json and
-progress.csv copied to docs/runs/<run folder>/ (--committed); runs finished there are skipped and an
-interrupted run goes on from its checkpoint, so the same command continues the sweep in a later
-session; `--seeds 2 --divisors 1 16 --variants all` adds a second seed of C = 1 and C = 16. Output, drawn
-from docs/runs alone: docs/figures/fig2_cpu.png ((a) return against env steps at C = 1, 4, 16; (b) C = 16
-with each ablation, against C = 16 and C = 1; every curve smoothed over --smooth-steps env steps) and
-docs/figures/fig2_cpu_diagnostics.csv, also printed as Markdown: per run the adjusted learning_rate,
-beta_prox and adv_ewma_decay, mean clipfrac and approx_kl over the run and over its last 10% of env
-steps, the return over its first 100k and its last 10% of env steps, and its wall time.
+time (one core each on the 2-core dev machine), into runs/fig2_cpu: 71 min (C = 1) to 90 min (C = 16)
+per run there, about 4.5 hours in all (the printed estimate says how it was made). Each run, as soon as
+it finishes, has its config.json and progress.csv copied to docs/runs/<run folder>/ (--committed); runs
+finished there are skipped and an interrupted run goes on from its checkpoint, so the same command
+continues the sweep in a later session; `--seeds 2 --divisors 1 16 --variants all` adds a second seed of
+C = 1 and C = 16. Output, drawn from docs/runs alone: docs/figures/fig2_cpu.png ((a) return against env
+steps at C = 1, 4, 16; (b) C = 16 with each ablation, against C = 16 and C = 1; every curve smoothed over
+--smooth-steps env steps) and docs/figures/fig2_cpu_diagnostics.csv, also printed as Markdown: per run the
+adjusted learning_rate, beta_prox and adv_ewma_decay, mean clipfrac and approx_kl over the run and over its
+last 10% of env steps, the return over its first 100k and its last 10% of env steps, and its wall time.
 
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.
@@ -77,12 +77,11 @@ CPU = {"script": "ppo_ewma", "envs": ["starpilot"], "seeds": [1], "total_timeste
        "distribution_mode": "easy", "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "divisors": [1, 4, 16],
        "variants": ["all", *ABLATIONS], "parallel": 2, "save_model": True, "smooth_steps": 100_000,
        "committed": os.path.join(sweep.ROOT, "docs", "runs"), "out_dir": os.path.join(sweep.ROOT, "docs", "figures"),
-       # Not measured at this configuration: the first iterations of the 1M-step ppo_ewma.py run (3 epochs, 64 envs
-       # x 256 steps, sharing the 2 cores with a ppo.py run) took ~19 s of rollout and ~203 s of update per 16,384
-       # steps, so one epoch is ~19 + 203 / 3 s: ~190 steps/s. cpu_seconds adds 40% at C = 16.
-       "sps_per_core": {"ppo_ewma": 190},
-       "estimate_note": "derived from a 3-epoch run's iteration times, not measured at 1 epoch on one core: "
-                        "take it as +-50%"}
+       # Measured here at this configuration, one core each, two runs side by side: C = 1 took 4,277 s for 1,015,808
+       # steps (237 steps/s), C = 16 5,428 s for 1,000,448 (184 steps/s, 1.3x the time per step; cpu_seconds
+       # assumes 1.4x at C = 16).
+       "sps_per_core": {"ppo_ewma": 237},
+       "estimate_note": "from the C = 1 and C = 16 runs measured on one core each, two at a time"}
 
 
 def parse_args(argv=None):
