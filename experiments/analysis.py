@@ -200,10 +200,18 @@ def column_mean(rows, column):
     return float(np.mean(values)) if values else float("nan")
 
 
+def column_sem(rows, column):
+    """Standard error (ddof 1 / sqrt n) of the mean of `column` over the rows where it has a value; nan below 2."""
+    values = [row.get(column, np.nan) for row in rows]
+    values = [v for v in values if np.isfinite(v)]
+    return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
+
+
 def run_diagnostics(run, frac=0.1, first_steps=100_000):
     """What a run's progress.csv says beyond its curve: mean clipfrac and approx_kl over the run and over its
-    last `frac` of env steps, the return over its first `first_steps` env steps and its last `frac` of them,
-    the env steps, wall-clock seconds (last time_s) and env steps per second (steps / seconds, and the
+    last `frac` of env steps, the return over its first `first_steps` env steps and its last `frac` of them
+    (with the standard error of that mean over those iterations' returns: how much the number would move with
+    other episodes of the same policy, not with another seed; nan for one iteration), the env steps, wall-clock seconds (last time_s) and env steps per second (steps / seconds, and the
     median of the per-iteration sps column)."""
     rows = run["rows"]
     tail, last = last_steps(rows, frac), rows[-1] if rows else {}
@@ -213,7 +221,8 @@ def run_diagnostics(run, frac=0.1, first_steps=100_000):
     return {"clipfrac": column_mean(rows, "clipfrac"), "clipfrac_last": column_mean(tail, "clipfrac"),
             "approx_kl": column_mean(rows, "approx_kl"), "approx_kl_last": column_mean(tail, "approx_kl"),
             "return_first": column_mean(in_steps(rows, 0, first_steps), "episodic_return"),
-            "return_last": column_mean(tail, "episodic_return"), "global_step": steps, "time_s": seconds,
+            "return_last": column_mean(tail, "episodic_return"), "return_last_sem": column_sem(tail, "episodic_return"),
+            "global_step": steps, "time_s": seconds,
             "sps_mean": steps / seconds if seconds > 0 else float("nan"),
             "sps_median": float(np.median(sps)) if sps else float("nan")}
 

@@ -42,7 +42,8 @@ C = 1 and C = 16. Output, drawn from docs/runs alone: docs/figures/fig2_cpu.png 
 steps at C = 1, 4, 16; (b) C = 16 with each ablation, against C = 16 and C = 1; every curve smoothed over
 --smooth-steps env steps) and docs/figures/fig2_cpu_diagnostics.csv, also printed as Markdown: per run the
 adjusted learning_rate, beta_prox and adv_ewma_decay, mean clipfrac and approx_kl over the run and over its
-last 10% of env steps, the return over its first 100k and its last 10% of env steps, and its wall time.
+last 10% of env steps, the return over its first 100k and its last 10% of env steps (with the standard error
+of that mean over its iterations), and its wall time.
 
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.
@@ -182,7 +183,7 @@ DIAGNOSTICS = (  # CSV column, Markdown header, Markdown format
     ("clipfrac_final", "clipfrac, last {final}", "{:.3f}".format), ("approx_kl", "approx_kl", "{:.4f}".format),
     ("approx_kl_final", "approx_kl, last {final}", "{:.4f}".format),
     ("return_first_100k", "return, first 100k", "{:.2f}".format),
-    ("final_return", "return, last {final}", "{:.2f}".format),
+    ("final_return", "return, last {final}", "{:.2f}".format), ("final_return_sem", "+- s.e.", "{:.2f}".format),
     ("wall_time_s", "wall time", sweep.format_wall_time))
 
 
@@ -201,7 +202,8 @@ def diagnostics_rows(loaded, args):
                      "beta_prox": config.get("beta_prox", float("nan")), "adv_ewma_decay": config["adv_ewma_decay"],
                      "clipfrac": d["clipfrac"], "clipfrac_final": d["clipfrac_last"], "approx_kl": d["approx_kl"],
                      "approx_kl_final": d["approx_kl_last"], "return_first_100k": d["return_first"],
-                     "final_return": d["return_last"], "wall_time_s": d["time_s"],
+                     "final_return": d["return_last"], "final_return_sem": d["return_last_sem"],
+                     "wall_time_s": d["time_s"],
                      "run": os.path.basename(os.path.normpath(run["dir"]))})  # not the path: the CSV is committed
     return rows
 

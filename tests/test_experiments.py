@@ -112,6 +112,10 @@ def test_env_step_windows_by_hand(tmp_path):
     assert (d["global_step"], d["time_s"]) == (300_000, 20)  # 2 s per iteration
     assert d["sps_mean"] == 15_000 and d["sps_median"] == 45
     assert math.isnan(d["approx_kl"])  # no such column
+    assert math.isnan(d["return_last_sem"])  # one iteration: no standard error
+    # last 30%: (210k, 300k] holds 240k 270k 300k, returns 8 9 10: mean 9, sample std 1, standard error 1 / sqrt(3)
+    d = analysis.run_diagnostics(run, frac=0.3)
+    assert (d["return_last"], d["return_last_sem"]) == (9, pytest.approx(1 / math.sqrt(3)))
 
 
 def test_dedupe_keeps_the_run_that_got_furthest(tmp_path):
