@@ -211,8 +211,9 @@ def run_diagnostics(run, frac=0.1, first_steps=100_000):
     """What a run's progress.csv says beyond its curve: mean clipfrac and approx_kl over the run and over its
     last `frac` of env steps, the return over its first `first_steps` env steps and its last `frac` of them
     (with the standard error of that mean over those iterations' returns: how much the number would move with
-    other episodes of the same policy, not with another seed; nan for one iteration), the env steps, wall-clock seconds (last time_s) and env steps per second (steps / seconds, and the
-    median of the per-iteration sps column)."""
+    other episodes of the same policy, not with another seed; nan for one iteration), the env steps, wall-clock
+    seconds (last time_s) and env steps per second (steps / seconds, and the median of the per-iteration sps
+    column)."""
     rows = run["rows"]
     tail, last = last_steps(rows, frac), rows[-1] if rows else {}
     steps, seconds = last.get("global_step", float("nan")), last.get("time_s", float("nan"))
@@ -305,6 +306,29 @@ def markdown_table(header, rows):
     """A GitHub Markdown table: `header` a list of column titles, `rows` lists of cells (already text)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+def cell(value, fmt="{:.2f}"):
+    return "-" if value != value else fmt.format(value)  # nan: no episode ended there
+
+
+def steps_text(steps):
+    return f"{steps / 1e6:g}M" if steps >= 1e6 else f"{steps / 1e3:g}k" if steps else "0"
+
+
+def window_returns(runs, width):
+    """[(low, high, [mean return of each run's iterations ending in (low, high]])], up to the longest run."""
+    per_run = [step_windows(run["rows"], width) for run in runs]
+    count = max(map(len, per_run), default=0)
+    return [(k * width, (k + 1) * width,
+             [column_mean(windows[k][2], "episodic_return") if k < len(windows) else float("nan")
+              for windows in per_run]) for k in range(count)]
+
+
+def window_table(runs, labels, width):
+    """Markdown: the mean episodic return per window of `width` env steps, a row per window, a column per run."""
+    return markdown_table(["env steps", *labels], [[f"({steps_text(low)}, {steps_text(high)}]", *map(cell, means)]
+                                                   for low, high, means in window_returns(runs, width)])
 
 
 def write_csv(path, rows):

@@ -40,10 +40,11 @@ finished there are skipped and an interrupted run goes on from its checkpoint, s
 continues the sweep in a later session; `--seeds 2 --divisors 1 16 --variants all` adds a second seed of
 C = 1 and C = 16. Output, drawn from docs/runs alone: docs/figures/fig2_cpu.png ((a) return against env
 steps at C = 1, 4, 16; (b) C = 16 with each ablation, against C = 16 and C = 1; every curve smoothed over
---smooth-steps env steps) and docs/figures/fig2_cpu_diagnostics.csv, also printed as Markdown: per run the
-adjusted learning_rate, beta_prox and adv_ewma_decay, mean clipfrac and approx_kl over the run and over its
-last 10% of env steps, the return over its first 100k and its last 10% of env steps (with the standard error
-of that mean over its iterations), and its wall time.
+--smooth-steps env steps), printed beside it the mean return per --smooth-steps window of each run, and
+docs/figures/fig2_cpu_diagnostics.csv, also printed as Markdown: per run the adjusted learning_rate, beta_prox
+and adv_ewma_decay, mean clipfrac and approx_kl over the run and over its last 10% of env steps, the return
+over its first 100k and its last 10% of env steps (with the standard error of that mean over its
+iterations), and its wall time.
 
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.
@@ -187,15 +188,25 @@ DIAGNOSTICS = (  # CSV column, Markdown header, Markdown format
     ("wall_time_s", "wall time", sweep.format_wall_time))
 
 
-def diagnostics_rows(loaded, args):
-    """One row per run folder (an ablation at C = 1 is the `all` run, listed once): its variant and C, the
-    envs and adjusted hyperparameters from its config.json, and analysis.run_diagnostics over env steps."""
-    rows, seen = [], set()
-    order = {v: i for i, v in enumerate(VARIANTS)}
+def table_runs(loaded):
+    """Each run folder once (an ablation at C = 1 is the `all` run), by C, then variant, then seed."""
+    order, runs = {v: i for i, v in enumerate(VARIANTS)}, {}
     for run in sorted(loaded, key=lambda r: (r["tags"]["divisor"], order[r["tags"]["variant"]], r["config"]["seed"])):
-        if run["dir"] in seen:
-            continue
-        seen.add(run["dir"])
+        runs.setdefault(run["dir"], run)
+    return list(runs.values())
+
+
+def run_label(run, seeds):
+    variant = run["tags"]["variant"]
+    return (f"C={run['tags']['divisor']}" + ("" if variant == "all" else f" {variant}") +
+            (f" seed {run['config']['seed']}" if len(seeds) > 1 else ""))
+
+
+def diagnostics_rows(loaded, args):
+    """One row per run folder (table_runs): its variant and C, the envs and adjusted hyperparameters from its
+    config.json, and analysis.run_diagnostics over env steps."""
+    rows = []
+    for run in table_runs(loaded):
         config, d = run["config"], analysis.run_diagnostics(run, args.final_frac, FIRST_STEPS)
         rows.append({"variant": run["tags"]["variant"], "C": run["tags"]["divisor"], "seed": config["seed"],
                      "envs": config["num_envs"], "learning_rate": config["learning_rate"],
@@ -246,6 +257,9 @@ def make_cpu_figure(loaded, rows, args, out):
                       "C=1: all adjustments", "black", "--")
     axes[1].set_title(f"(b) ablations at C={largest}: all adjustments but one", fontsize="medium")
     figures.save_figure(fig, out)
+    runs = table_runs(loaded)
+    print(f"Mean episodic return per {window:,} env steps (the figure's smoothing window)\n")
+    print(analysis.window_table(runs, [run_label(run, seeds) for run in runs], window) + "\n")
     print(diagnostics_markdown(rows, args))
 
 

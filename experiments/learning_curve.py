@@ -51,30 +51,10 @@ def run_labels(runs):
     return [os.path.basename(r["dir"]) if labels.count(label) > 1 else label for r, label in zip(runs, labels)]
 
 
-def steps_text(steps):
-    return f"{steps / 1e6:g}M" if steps >= 1e6 else f"{steps / 1e3:g}k" if steps else "0"
-
-
-def window_returns(runs, width):
-    """[(low, high, [mean return of each run's iterations ending in (low, high]])], up to the longest run."""
-    per_run = [analysis.step_windows(run["rows"], width) for run in runs]
-    count = max(map(len, per_run), default=0)
-    return [(k * width, (k + 1) * width,
-             [analysis.column_mean(windows[k][2], "episodic_return") if k < len(windows) else float("nan")
-              for windows in per_run]) for k in range(count)]
-
-
-def cell(value, fmt="{:.2f}"):
-    return "-" if value != value else fmt.format(value)  # nan: no episode ended in that window
-
-
 def tables(runs, width):
     """The two Markdown tables: return per window of env steps (a column per run), then wall time and speed."""
-    labels = run_labels(runs)
-    returns = analysis.markdown_table(
-        ["env steps", *labels],
-        [[f"({steps_text(low)}, {steps_text(high)}]", *map(cell, means)]
-         for low, high, means in window_returns(runs, width)])
+    labels, cell = run_labels(runs), analysis.cell
+    returns = analysis.window_table(runs, labels, width)
     speeds = []
     for label, run in zip(labels, runs):
         d = analysis.run_diagnostics(run)

@@ -105,6 +105,9 @@ def test_env_step_windows_by_hand(tmp_path):
         (0, 100_000, [30_000, 60_000, 90_000]), (100_000, 200_000, [120_000, 150_000, 180_000]),
         (200_000, 300_000, [210_000, 240_000, 270_000, 300_000])]
     assert [analysis.column_mean(rows, "episodic_return") for _, _, rows in windows] == [2, 5, 9]  # (8 + 9 + 10) / 3
+    short = analysis.load_run(write_run(tmp_path / "short", "starpilot", "b", 1, [None, None, 3], batch=50_000))
+    assert analysis.window_table([run, short], ["a", "b"], 100_000).splitlines()[2:] == [
+        "| (0, 100k] | 2.00 | - |", "| (100k, 200k] | 5.00 | 3.00 |", "| (200k, 300k] | 9.00 | - |"]
     d = analysis.run_diagnostics(run, frac=0.1, first_steps=100_000)
     # last 10% of 300k env steps: global_step in (270k, 300k], the last iteration alone
     assert (d["clipfrac"], d["clipfrac_last"]) == (pytest.approx((0.1 * 9 + 0.3) / 10), pytest.approx(0.3))
@@ -376,6 +379,7 @@ def test_cpu_preset_end_to_end_commits_resumes_and_skips(tmp_path, capsys):
     assert [float(r["learning_rate"]) for r in rows] == pytest.approx([5e-4, 5e-4 / 2])  # Adam step size / sqrt(C)
     assert all(float(r["wall_time_s"]) > 0 and r["clipfrac"] != "" for r in rows)
     assert "| variant | C | seed | envs | learning_rate |" in out  # the table, as Markdown
+    assert "| env steps | C=1 | C=4 |" in out  # and the return per window of env steps, a column per run
     # asked for more steps: both runs go on from their checkpoints, in their own folders, and are committed again
     batch_size.main(argv + ["--total-timesteps", "256"])
     out = capsys.readouterr().out
