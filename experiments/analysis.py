@@ -207,11 +207,24 @@ def column_sem(rows, column):
     return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
 
 
+def column_swing(rows, column, width):
+    """The largest max / min of `column` within one window of `width` env steps (step_windows): how far an
+    estimate moves in a short time. Used on adv_std, the advantage normalisation's estimate, which the paper
+    finds hurts only once it oscillates by a factor of about 10 (App. F.2, Fig. 13). nan without values."""
+    swings = []
+    for _, _, window in step_windows(rows, width):
+        values = [v for v in (row.get(column, np.nan) for row in window) if np.isfinite(v) and v > 0]
+        if values:
+            swings.append(max(values) / min(values))
+    return max(swings) if swings else float("nan")
+
+
 def run_diagnostics(run, frac=0.1, first_steps=100_000):
     """What a run's progress.csv says beyond its curve: mean clipfrac and approx_kl over the run and over its
     last `frac` of env steps, the return over its first `first_steps` env steps and its last `frac` of them
     (with the standard error of that mean over those iterations' returns: how much the number would move with
-    other episodes of the same policy, not with another seed; nan for one iteration), the env steps, wall-clock
+    other episodes of the same policy, not with another seed; nan for one iteration), the largest swing of
+    adv_std within `first_steps` env steps (column_swing), the env steps, wall-clock
     seconds (last time_s) and env steps per second (steps / seconds, and the median of the per-iteration sps
     column)."""
     rows = run["rows"]
@@ -223,7 +236,7 @@ def run_diagnostics(run, frac=0.1, first_steps=100_000):
             "approx_kl": column_mean(rows, "approx_kl"), "approx_kl_last": column_mean(tail, "approx_kl"),
             "return_first": column_mean(in_steps(rows, 0, first_steps), "episodic_return"),
             "return_last": column_mean(tail, "episodic_return"), "return_last_sem": column_sem(tail, "episodic_return"),
-            "global_step": steps, "time_s": seconds,
+            "adv_std_swing": column_swing(rows, "adv_std", first_steps), "global_step": steps, "time_s": seconds,
             "sps_mean": steps / seconds if seconds > 0 else float("nan"),
             "sps_median": float(np.median(sps)) if sps else float("nan")}
 

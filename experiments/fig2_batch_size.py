@@ -44,7 +44,8 @@ steps at C = 1, 4, 16; (b) C = 16 with each ablation, against C = 16 and C = 1; 
 docs/figures/fig2_cpu_diagnostics.csv, also printed as Markdown: per run the adjusted learning_rate, beta_prox
 and adv_ewma_decay, mean clipfrac and approx_kl over the run and over its last 10% of env steps, the return
 over its first 100k and its last 10% of env steps (with the standard error of that mean over its
-iterations), and its wall time.
+iterations), the largest max/min of the advantage normalisation's std within 100k env steps (the paper
+finds dropping the adv adjustment hurts once that reaches about 10, App. F.2), and its wall time.
 
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.
@@ -176,7 +177,7 @@ def make_figure(loaded, rows, args, out):
 
 
 # --- --cpu: learning curves and per-run diagnostics ------------------------------------------------------
-FIRST_STEPS = 100_000  # "first-100k return": how fast each run starts, beside where it ends
+FIRST_STEPS = 100_000  # "first-100k return": how fast each run starts, beside where it ends; adv_std's window
 DIAGNOSTICS = (  # CSV column, Markdown header, Markdown format
     ("variant", "variant", str), ("C", "C", str), ("seed", "seed", str), ("envs", "envs", str),
     ("learning_rate", "learning_rate", "{:.3g}".format), ("beta_prox", "beta_prox", "{:.4f}".format),
@@ -185,7 +186,7 @@ DIAGNOSTICS = (  # CSV column, Markdown header, Markdown format
     ("approx_kl_final", "approx_kl, last {final}", "{:.4f}".format),
     ("return_first_100k", "return, first 100k", "{:.2f}".format),
     ("final_return", "return, last {final}", "{:.2f}".format), ("final_return_sem", "+- s.e.", "{:.2f}".format),
-    ("wall_time_s", "wall time", sweep.format_wall_time))
+    ("adv_std_swing", "adv_std max/min in 100k", "{:.2f}".format), ("wall_time_s", "wall time", sweep.format_wall_time))
 
 
 def table_runs(loaded):
@@ -214,7 +215,7 @@ def diagnostics_rows(loaded, args):
                      "clipfrac": d["clipfrac"], "clipfrac_final": d["clipfrac_last"], "approx_kl": d["approx_kl"],
                      "approx_kl_final": d["approx_kl_last"], "return_first_100k": d["return_first"],
                      "final_return": d["return_last"], "final_return_sem": d["return_last_sem"],
-                     "wall_time_s": d["time_s"],
+                     "adv_std_swing": d["adv_std_swing"], "wall_time_s": d["time_s"],
                      "run": os.path.basename(os.path.normpath(run["dir"]))})  # not the path: the CSV is committed
     return rows
 

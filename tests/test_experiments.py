@@ -97,7 +97,8 @@ def test_curves_by_tag_smooth_every_value_over_the_same_env_steps(tmp_path):
 
 def test_env_step_windows_by_hand(tmp_path):
     # iterations of 30,000 steps: (0, 100k] holds 30k 60k 90k; (200k, 300k] holds 210k 240k 270k and 300k itself
-    extra = {"clipfrac": [0.1] * 9 + [0.3], "sps": [10, 20, 30, 40, 50, 60, 70, 80, 90, 5]}
+    extra = {"clipfrac": [0.1] * 9 + [0.3], "sps": [10, 20, 30, 40, 50, 60, 70, 80, 90, 5],
+             "adv_std": [1, 2, 1.5, 0.5, 0.6, 1, 2, 4, 1, 3]}
     run = analysis.load_run(write_run(tmp_path, "starpilot", "a", 1, [1, 2, 3, 4, 5, 6, None, 8, 9, 10], batch=30_000,
                                       extra=extra))
     windows = analysis.step_windows(run["rows"], 100_000)
@@ -116,6 +117,8 @@ def test_env_step_windows_by_hand(tmp_path):
     assert d["sps_mean"] == 15_000 and d["sps_median"] == 45
     assert math.isnan(d["approx_kl"])  # no such column
     assert math.isnan(d["return_last_sem"])  # one iteration: no standard error
+    # adv_std per window: (1, 2, 1.5) swings 2x, (0.5, 0.6, 1) 2x, (2, 4, 1, 3) 4x
+    assert d["adv_std_swing"] == 4
     # last 30%: (210k, 300k] holds 240k 270k 300k, returns 8 9 10: mean 9, sample std 1, standard error 1 / sqrt(3)
     d = analysis.run_diagnostics(run, frac=0.3)
     assert (d["return_last"], d["return_last_sem"]) == (9, pytest.approx(1 / math.sqrt(3)))
