@@ -12,13 +12,11 @@ import collections
 import contextlib
 import copy
 import csv
-import fcntl
 import io
 import json
 import math
 import os
 import platform
-import re
 import shlex
 import signal
 import sys
@@ -33,134 +31,76 @@ import torch.nn.functional as F
 
 with contextlib.redirect_stderr(io.StringIO()):  # procgen imports gym, which prints a notice about its own end
     import procgen
+SCRIPT = os.path.basename(__file__)  # this script's name, in messages and in config.json
 
 
 # --- Arguments -----------------------------------------------------------------------------------
 def parse_args(argv=None):
-    p = ArgumentParser(prog=SCRIPT, description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # every flag's help shows its default
-    a = p.add_argument
+    p = argparse.ArgumentParser(prog=SCRIPT, description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # help shows every default
+    p.error = lambda message: p.exit(2, f"{SCRIPT}: error: {message}\n")  # bad input: one line, no usage dump
+    a, yes_no = p.add_argument, argparse.BooleanOptionalAction
     # experiment
     a("--exp-name", default=SCRIPT[:-3], help="name used in the run folder")
-    a("--seed", type=number(int, f"[0, {MAX_SEED}]"), default=1, help="seeds torch and Procgen")
-    a("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU if there is one")
+    a("--seed", type=int, default=1, help="seeds torch and Procgen")
+    a("--cuda", action=yes_no, default=True, help="use the GPU if there is one")
     a("--runs-dir", type=os.path.expanduser, default="runs", help="parent folder of the run folder")
     # environment (Procgen, Cobbe et al. 2019)
     a("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME", help="one of the 16 Procgen games")
     a("--distribution-mode", default="easy", choices=("easy", "hard"), help="the paper used hard")
-    a("--num-levels", type=number(int, f"[0, {MAX_LEVEL}]"), default=0,
-      help="number of training levels (0 = unlimited)")
-    a("--start-level", type=number(int, f"[0, {MAX_LEVEL}]"), default=0, help="first training level")
-    a("--total-timesteps", type=POSITIVE, default=25_000_000, help="env steps in the whole run")
-    a("--num-envs", type=POSITIVE, default=64, help="parallel environments (N)")
-    a("--num-steps", type=POSITIVE, default=256, help="steps per environment per rollout (T)")
+    a("--num-levels", type=int, default=0, help="number of training levels (0 = unlimited)")
+    a("--start-level", type=int, default=0, help="first training level")
+    a("--total-timesteps", type=int, default=25_000_000, help="env steps in the whole run")
+    a("--num-envs", type=int, default=64, help="parallel environments (N)")
+    a("--num-steps", type=int, default=256, help="steps per environment per rollout (T)")
     # optimisation (Appendix B, Tables 1 and 3)
-    a("--num-minibatches", type=POSITIVE, default=8, help="minibatches per epoch")
-    a("--minibatch-by", default="env", choices=("env", "step"),
-      help="whole trajectories (official code) or steps (CleanRL)")
-    a("--n-pi", type=POSITIVE, default=32, help="policy iterations per phase (N_pi)")
-    a("--e-pi", type=POSITIVE, default=1, help="policy epochs per policy-phase iteration (E_pi)")
-    a("--e-v", type=POSITIVE, default=1, help="value epochs per policy-phase iteration (E_V)")
-    a("--e-aux", type=POSITIVE, default=6, help="auxiliary phase epochs (E_aux)")
-    a("--beta-clone", type=number(float, "[0, inf)"), default=1.0,
-      help="auxiliary phase cloning coefficient (beta_clone)")
-    a("--learning-rate", type=number(float, "(0, inf)"), default=5e-4, help="Adam step size (alpha)")
-    a("--gamma", type=number(float, "[0, 1]"), default=0.999, help="discount (gamma)")
-    a("--gae-lambda", type=number(float, "[0, 1]"), default=0.95, help="GAE bootstrapping parameter (lambda)")
-    a("--clip-coef", type=number(float, "[0, 1)"), default=0.2,
-      help="PPO clipping parameter (epsilon), below 1 as log(1 - epsilon) must exist; 0 = no clipping")
-    a("--kl-penalty", type=number(float, "[0, inf)"), default=0.0,
-      help="KL penalty coefficient (beta in eq. 8); 0 = off")
-    a("--ent-coef", type=number(float, "[0, inf)"), default=0.01, help="entropy coefficient")
-    a("--vf-coef", type=number(float, "[0, inf)"), default=0.5, help="value function coefficient")
-    a("--max-grad-norm", type=number(float, "[0, inf)"), default=0.0,
-      help="gradient norm clip; 0 = off (official code)")
-    a("--norm-reward", action=argparse.BooleanOptionalAction, default=True, help="reward normalisation")
-    a("--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="advantage normalisation")
-    a("--adv-ewma-decay", type=number(float, "[0, 1)"), default=0.0,
-      help="EWMA decay of advantage statistics (Section 4)")
+    a("--num-minibatches", type=int, default=8, help="minibatches per epoch")
+    a("--minibatch-by", default="env", choices=("env", "step"), help="whole trajectories (official) or steps (CleanRL)")
+    a("--n-pi", type=int, default=32, help="policy iterations per phase (N_pi)")
+    a("--e-pi", type=int, default=1, help="policy epochs per policy-phase iteration (E_pi)")
+    a("--e-v", type=int, default=1, help="value epochs per policy-phase iteration (E_V)")
+    a("--e-aux", type=int, default=6, help="auxiliary phase epochs (E_aux)")
+    a("--beta-clone", type=float, default=1.0, help="auxiliary phase cloning coefficient (beta_clone)")
+    a("--learning-rate", type=float, default=5e-4, help="Adam step size (alpha)")
+    a("--gamma", type=float, default=0.999, help="discount (gamma)")
+    a("--gae-lambda", type=float, default=0.95, help="GAE bootstrapping parameter (lambda)")
+    a("--clip-coef", type=float, default=0.2, help="PPO clipping parameter (epsilon); 0 = no clipping")
+    a("--kl-penalty", type=float, default=0.0, help="KL penalty coefficient (beta in eq. 8); 0 = off")
+    a("--ent-coef", type=float, default=0.01, help="entropy coefficient")
+    a("--vf-coef", type=float, default=0.5, help="value function coefficient")
+    a("--clip-vloss", action=yes_no, default=False, help="clip value updates at --clip-coef (CleanRL)")
+    a("--max-grad-norm", type=float, default=0.0, help="gradient norm clip; 0 = off (official code)")
+    a("--adam-eps", type=float, default=1e-8, help="Adam's epsilon (official 1e-8, CleanRL 1e-5)")
+    a("--norm-reward", action=yes_no, default=True, help="reward normalisation")
+    a("--norm-reward-gamma", type=float, default=0.99, help="discount of the return that scales rewards")
+    a("--norm-adv", action=yes_no, default=True, help="advantage normalisation")
+    a("--adv-ewma-decay", type=float, default=0.0, help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
-    a("--prox", default="ewma", choices=("ewma", "recent"), help="proximal policy: ewma = EWMA of the policy network, "
-      "recent = the policy before this iteration (Section 5.1)")
-    a("--beta-prox", type=number(float, "[0, 1)"), default=0.889,
-      help="EWMA decay of the proximal network (Table 4): centre of mass 1/(1-beta)-1 = 8 minibatches")
-    a("--imp-samp-max", type=number(float, "0 or [1, inf)"), default=100.0,
-      help="cap on the importance weight pi_theta/pi_behav (App. B); 0 = no cap")
-    a("--staleness", type=NON_NEGATIVE, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
-    a("--batch-divisor", type=POSITIVE, default=1, help="divide the batch size by C with Section 4's adjustments")
-    a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS,
-      help="with --batch-divisor: drop one adjustment (repeatable)")
-    a("--adam-beta-adjust", action="store_true",
-      help="with --batch-divisor: raise Adam's betas to the power 1/C (Appendix D)")
+    a("--prox", default="ewma", choices=("ewma", "recent"), help="prox: the EWMA, or the policy before this iteration")
+    a("--beta-prox", type=float, default=0.889, help="EWMA decay (Table 4): centre of mass 1/(1-beta)-1 = 8 steps")
+    a("--imp-samp-max", type=float, default=100.0, help="cap on pi_theta/pi_behav (App. B); 0 = off")
+    a("--staleness", type=int, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
+    a("--batch-divisor", type=int, default=1, help="divide the batch size by C with Section 4's adjustments")
+    a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS, help="drop one adjustment (repeatable)")
+    a("--adam-beta-adjust", action="store_true", help="raise Adam's betas to the power 1/C (Appendix D)")
     # long runs, watching and testing the agent, speed
-    a("--save-model", action="store_true", help="write checkpoint.pt every --save-interval iterations and at the end")
-    a("--save-interval", type=POSITIVE, default=10, help="iterations between checkpoints")
+    a("--save-model", action=yes_no, default=True, help="checkpoint every --save-interval aux phases and at the end")
+    a("--save-interval", type=int, default=1, help="aux phases between checkpoints")
     a("--resume", metavar="RUN_DIR", type=os.path.expanduser, help="continue the run in RUN_DIR from its checkpoint")
     a("--capture-video", action="store_true", help="save a GIF of one episode every --video-interval iterations")
-    a("--video-interval", type=POSITIVE, default=50, help="iterations between videos")
-    a("--eval-episodes", type=NON_NEGATIVE, default=0, help="episodes on held-out levels per evaluation (0 = off)")
-    a("--eval-interval", type=POSITIVE, default=10, help="iterations between evaluations")
-    a("--evaluate", metavar="RUN_DIR", type=os.path.expanduser,
-      help="evaluate RUN_DIR's saved agent without training (default 10 episodes)")
-    a("--micro-batch-size", type=NON_NEGATIVE, help="split each minibatch into gradient-accumulated micro-batches "
-      "(the same gradient); default: none on a GPU, on a CPU 16 per thread and at least 32, which stay in its caches")
+    a("--video-interval", type=int, default=50, help="iterations between videos")
+    a("--eval-episodes", type=int, default=0, help="episodes on held-out levels per evaluation (0 = off)")
+    a("--eval-interval", type=int, default=10, help="iterations between evaluations")
+    a("--evaluate", metavar="RUN_DIR", type=os.path.expanduser, help="evaluate RUN_DIR's agent on held-out levels")
+    a("--micro-batch-size", type=int, help="micro-batch (same gradient); default: none on a GPU, 16 per thread >= 32")
     a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (faster on a GPU, changes numerics)")
     a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
     args = p.parse_args(argv)
     if args.resume or args.evaluate:
-        args = resume_args(p, argv, args)  # the run's own config.json
-    else:
-        if args.batch_divisor > 1 and args.e_pi != 1:
-            p.error(f"argument --batch-divisor: needs --e-pi 1 (Section 4), got {args.e_pi}")
-        if args.prox == "recent" and args.beta_prox != p.get_default("beta_prox"):
-            p.error("argument --beta-prox: only used with --prox ewma")
-        check_args(p, args)  # every other argument that depends on others, before anything is written
-        apply_batch_size_invariance(args)
-    if args.micro_batch_size is None:  # on a CPU sizes 16-64 ran alike, 128 1.3-1.5x slower (docs/results.md)
-        args.micro_batch_size = 0 if args.cuda and torch.cuda.is_available() else max(32, 16 * cpu_threads())
+        return resume_args(p, argv, args)  # the run's own config.json, adjustments included (appendix)
+    check_args(p, args)  # ranges, and arguments that depend on each other (appendix)
+    apply_batch_size_invariance(args)
     return args
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse that answers bad input with one line on stderr and exit code 2: no usage dump, no traceback."""
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        # "-1e-3" and "-inf" are values (then refused with the allowed range), not unknown flags
-        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.I)
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def number(kind, allowed):
-    """argparse type: a finite `kind` in `allowed`, an interval written as in maths ("[0, 1)", "(0, inf)"),
-    optionally "0 or [1, inf)"; anything else is refused with a message naming it."""
-    zero, left, low, high, right = re.fullmatch(r"(0 or )?([\[(])(\S+), (\S+)([\])])", allowed).groups()
-
-    def parse(text):
-        try:
-            x = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in {allowed}, "
-                                             f"got {text!r}")
-        inside = ((x > float(low) if left == "(" else x >= float(low)) and
-                  (x < float(high) if right == ")" else x <= float(high)))
-        if not math.isfinite(x) or not (inside or (zero and x == 0)):
-            raise argparse.ArgumentTypeError(f"must be in {allowed}, got {text}")
-        return x
-    return parse
-
-
-def cpu_threads():  # the cores this process may use, shared with the other workers on this machine
-    return max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
-
-
-SCRIPT = os.path.basename(__file__)
-POSITIVE, NON_NEGATIVE = number(int, "[1, inf)"), number(int, "[0, inf)")
-MAX_LEVEL = 2 ** 31 - 1  # Procgen's seeds and level numbers are 32-bit signed integers
-MAX_SEED = MAX_LEVEL - 100_000_000  # room for the per-worker and evaluation seed offsets
-
-
 
 
 # --- Batch-size invariance (Section 4) -------------------------------------------------------------------
@@ -204,7 +144,7 @@ class ProcgenVecEnv(gym.vector.VectorEnv):
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
         self.venv = procgen.ProcgenGym3Env(
             num=num_envs, env_name=env_id, distribution_mode=distribution_mode, num_levels=num_levels,
-            start_level=start_level, rand_seed=seed, num_threads=min(16, len(os.sched_getaffinity(0))))
+            start_level=start_level, rand_seed=seed, num_threads=min(16, cpu_threads()))
         self.num_envs = num_envs
         self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
         self.single_action_space = gym.spaces.Discrete(self.venv.ac_space.eltype.n)
@@ -357,10 +297,10 @@ def new_rollout(num_steps, num_envs, device):
 @torch.no_grad()
 def collect_rollout(envs, agent, next_obs, next_first, num_steps):
     """Run the behaviour policy (the current network) for num_steps steps in every environment. The rollout also
-    carries the frame after it (for the bootstrap value); beside it, for the log: its finished episodes and times."""
-    start, device = time.perf_counter(), next_obs.device
+    carries the frame after it (for the bootstrap value); beside it, for the log: its finished episodes."""
+    device = next_obs.device
     rollout = new_rollout(num_steps, envs.num_envs, device)
-    log = {"episode_returns": [], "episode_lengths": [], "env_time_s": 0.0}
+    log = {"episode_returns": [], "episode_lengths": []}
     for t in range(num_steps):
         rollout["obs"][t], rollout["firsts"][t] = next_obs, next_first
         logits, value = agent(next_obs)
@@ -368,9 +308,7 @@ def collect_rollout(envs, agent, next_obs, next_first, num_steps):
         rollout["actions"][t], rollout["values"][t] = action, value
         rollout["logp_behav"][t] = log_prob(logits, action)  # pi_behav(a_t|s_t), stored for later
         action = action.cpu().numpy()  # the one host sync per step
-        env_start = time.perf_counter()
         obs, reward, terminated, truncated, info = envs.step(action)
-        log["env_time_s"] += time.perf_counter() - env_start
         rollout["rewards"][t] = torch.from_numpy(reward).to(device)
         next_obs = torch.from_numpy(obs).to(device)
         next_first = torch.from_numpy(terminated | truncated).to(device)
@@ -378,15 +316,14 @@ def collect_rollout(envs, agent, next_obs, next_first, num_steps):
             log["episode_returns"] += info["episode"]["r"][info["_episode"]].tolist()
             log["episode_lengths"] += info["episode"]["l"][info["_episode"]].tolist()
     rollout["next_obs"], rollout["next_first"] = next_obs, next_first
-    return rollout, log | {"time_s": time.perf_counter() - start}
+    return rollout, log
 
 
 # --- Reward normalisation --------------------------------------------------------------------------------
 class RewardNormalizer(nn.Module):
-    """Divide rewards by the running std of a discounted return, then clip to [-10, 10]. As the official code (not
-    CleanRL's NormalizeReward with gamma 0.999): the return uses gamma 0.99, and the statistics are updated once per
-    rollout with all its returns. With several workers we pool the moments exactly (each worker keeps its own
-    environments' running returns); the official code averages the workers' means and variances instead."""
+    """Divide rewards by the running std of a discounted return (discount --norm-reward-gamma: 0.99 hard-coded in the
+    official code, the agent's gamma in CleanRL), then clip to [-10, 10]; statistics updated once per rollout. With
+    several workers we pool their moments exactly; the official code averages the workers' means and variances."""
     def __init__(self, num_envs, gamma=0.99, clip=10.0, eps=1e-8):
         super().__init__()
         self.gamma, self.clip, self.eps = gamma, clip, eps
@@ -455,7 +392,8 @@ def make_batch(rollout, agent, adv_moments, args):
         advantages = (advantages - adv_mean) / (adv_std + 1e-8)
     batch = {"obs": rollout["obs"].flatten(0, 1), "actions": rollout["actions"].flatten(),
              "logp_behav": rollout["logp_behav"].flatten(), "advantages": advantages.flatten(),
-             "returns": returns.flatten(), "adv_mean": adv_mean, "adv_std": adv_std}
+             "returns": returns.flatten(), "values": rollout["values"].flatten(), "adv_mean": adv_mean,
+             "adv_std": adv_std}
     # Section 5.1: prox = recent is the policy before this iteration, so its log-probs are fixed here
     if args.prox == "recent":
         batch["logp_recent"] = chunked_log_prob(agent, batch["obs"], batch["actions"])
@@ -485,6 +423,17 @@ def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, 
     return pg_losses.mean() + kl_penalty * kl.mean(), diagnostics
 
 
+def value_loss(value, returns, values_behav, clip_vloss):
+    """Squared error of the value against the GAE returns, weighted by vf_coef with no 0.5 (official code). With
+    clip_vloss > 0 (CleanRL, after OpenAI baselines): the larger of it and the error of the value held within
+    clip_vloss of the value collected with the data."""
+    loss = (value - returns).pow(2)
+    if clip_vloss > 0:
+        clipped = values_behav + (value - values_behav).clamp(-clip_vloss, clip_vloss)
+        loss = torch.maximum(loss, (clipped - returns).pow(2))
+    return loss.mean()
+
+
 # --- Update ------------------------------------------------------------------------------------------------
 def update(agent, optimizer, batch, args, ewma):
     """One policy-phase iteration: E_pi policy epochs and E_V value epochs of minibatch Adam steps
@@ -500,8 +449,9 @@ def update(agent, optimizer, batch, args, ewma):
             for idx in mb.split(micro):  # gradient accumulation: the same gradient as one pass over mb
                 loss, w = 0.0, len(idx) / batch_size
                 if train_v:
-                    v_loss = (agent.value(batch["obs"][idx]).squeeze(-1) - batch["returns"][idx]).pow(2).mean()
-                    loss = loss + args.vf_coef * v_loss  # vf_coef * MSE, no 0.5 (official)
+                    v_loss = value_loss(agent.value(batch["obs"][idx]).squeeze(-1), batch["returns"][idx],
+                                        batch["values"][idx], args.clip_coef if args.clip_vloss else 0)
+                    loss = loss + args.vf_coef * v_loss
                     sums["value_loss"] = sums["value_loss"] + v_loss.detach() * w / args.e_v
                 if not train_pi:
                     (loss * (len(idx) / len(mb))).backward()
@@ -558,13 +508,6 @@ class AuxBuffer:
         self.returns[self.size:self.size + n] = batch["returns"].view(num_steps, n).T
         self.size += n
 
-    def state_dict(self):  # a copy of the filled part, in host memory (a slice would save the whole buffer)
-        return {name: getattr(self, name)[:self.size].to("cpu", copy=True) for name in ("obs", "returns")}
-
-    def load_state_dict(self, state):
-        self.size = len(state["obs"])
-        self.obs[:self.size], self.returns[:self.size] = state["obs"], state["returns"]
-
 
 def aux_phase(agent, aux_optimizer, aux_buffer, args, log=print):
     """E_aux epochs over the phase's data, minibatches of whole trajectories, minimising
@@ -607,14 +550,14 @@ def main(argv=None):
     if args.evaluate:
         return evaluate_saved_agent(args, device)
     agent = Agent(NUM_ACTIONS).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=1e-8)
-    reward_normalizer = RewardNormalizer(args.num_envs).to(device)  # statistics pooled over all workers
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=args.adam_eps)
+    reward_normalizer = RewardNormalizer(args.num_envs, args.norm_reward_gamma).to(device)  # pooled over workers
     adv_moments = AdvantageMoments(args.adv_ewma_decay).to(device)
     stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
-    aux_optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate, eps=1e-8)  # its own Adam
+    aux_optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate, eps=args.adam_eps)  # its own Adam
     aux_buffer = AuxBuffer(args.n_pi, args.num_envs, args.num_steps, device)
     learner = dict(agent=agent, optimizer=optimizer, reward_normalizer=reward_normalizer, adv_moments=adv_moments,
-                   aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)  # and the phase position: the iteration
+                   aux_optimizer=aux_optimizer)  # not aux_buffer: a PPG run saves right after an aux phase
     learner["ewma"] = ewma = EWMA(agent.policy, args.beta_prox)  # theta_prox <- theta, w <- 1 (Appendix A)
     run = Run(args, device, learner, stale_rollouts)  # resumes a run or makes its folder; says what runs
     envs = make_env(args, seed=run.env_seed)
@@ -641,7 +584,8 @@ def main(argv=None):
             run.evaluate(iteration, video=True)  # a GIF of one episode
         run.log(iteration, stats, rollout_log)  # a row of progress.csv and a line on the console
         broken, stopping = run.check(iteration)  # a non-finite value; SIGINT or SIGTERM
-        if args.save_model and not broken and (stopping or run.due(iteration, args.save_interval)):
+        if args.save_model and not broken and aux_buffer.size == 0 and (  # right after an aux phase: no GBs of frames
+                stopping or run.due(iteration, args.save_interval * args.n_pi)):
             run.save(iteration)
         if broken or stopping:
             break
@@ -649,44 +593,36 @@ def main(argv=None):
 
 
 # ===================================================================================================================
-# APPENDIX: the machinery. The algorithm is complete above; a first-time reader may stop here.
-# The same, to the character, in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py: argument checks and resume, many
-# workers and the device, evaluation and videos, checkpoints and the console, and the Run that keeps the run folder.
+# APPENDIX: the machinery. The algorithm is complete above; a first-time reader may stop here. The same, to the
+# character, in all four scripts: argument checks and resume, workers and the device, evaluation, checkpoints, the Run.
 # ===================================================================================================================
-
 # --- Argument checks and resume ------------------------------------------------------------------------------------
+AT_LEAST_1 = ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "n_pi", "e_pi", "e_v",
+              "e_aux", "batch_divisor", "save_interval", "video_interval", "eval_interval")
+AT_LEAST_0 = ("seed", "num_levels", "start_level", "staleness", "eval_episodes", "micro_batch_size", "ent_coef",
+              "vf_coef", "kl_penalty", "max_grad_norm", "beta_clone")
+
+
 def check_args(p, args):
-    """Arguments that depend on each other, and those that would silently do nothing: one line, exit code 2."""
-    c, n, t, m = args.batch_divisor, args.num_envs, args.num_steps, args.num_minibatches
-    if n % c:
-        p.error(f"argument --batch-divisor: must divide --num-envs ({n}), got {c}")
-    n //= c
-    if args.minibatch_by == "step" and (n * t) % m:
-        p.error(f"argument --num-minibatches: must divide the batch of --num-envs x --num-steps = {n * t}, got {m}")
-    if args.minibatch_by == "env" and (n % m if m <= n else m % n or t % (m // n)):
-        p.error(f"argument --num-minibatches: with --minibatch-by env, must divide --num-envs ({n}) or be k x {n} "
-                f"with k dividing --num-steps ({t}), got {m}")
-    if args.start_level + args.num_levels > MAX_LEVEL:
-        p.error(f"argument --start-level: --start-level + --num-levels must be at most {MAX_LEVEL}, got "
-                f"{args.start_level + args.num_levels}")
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,99}", args.exp_name):
-        p.error(f"argument --exp-name: 1 to 100 letters, digits and _ . + = - (no folders), got {args.exp_name!r}")
-    folder = os.path.abspath(args.runs_dir)
-    while not os.path.exists(folder):  # the nearest folder that exists must let us create the rest
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
-        p.error(f"argument --runs-dir: {folder!r} is {'not a folder' if not os.path.isdir(folder) else 'not writable'}")
-    iterations = math.ceil(args.total_timesteps / (n * t * worker()[1]))
-    if args.staleness >= iterations:
-        p.error(f"argument --staleness: must be below the run's {iterations} iterations (nothing would be trained), "
-                f"got {args.staleness}")
-    for flag, needs, on in (("no_adjust", "--batch-divisor > 1", c > 1),
-                            ("adam_beta_adjust", "--batch-divisor > 1", c > 1),
-                            ("save_interval", "--save-model", args.save_model),
-                            ("video_interval", "--capture-video", args.capture_video),
-                            ("eval_interval", "--eval-episodes > 0", args.eval_episodes)):
-        if getattr(args, flag) != p.get_default(flag) and not on:
-            p.error(f"argument --{flag.replace('_', '-')}: only used with {needs}")
+    """What the types leave open, before anything is written: one line naming the argument, exit code 2."""
+    v, inf = vars(args), math.inf
+    rules = [(k, 1 <= v[k] < inf, "at least 1") for k in AT_LEAST_1 if k in v]
+    rules += [(k, 0 <= v[k] < inf, "at least 0 and finite") for k in AT_LEAST_0 if v.get(k) is not None]
+    rules += [(k, 0 < v[k] < inf, "above 0 and finite") for k in ("learning_rate", "adam_eps")]
+    rules += [(k, 0 <= v[k] <= 1, "in [0, 1]") for k in ("gamma", "gae_lambda")]
+    rules += [(k, 0 <= v[k] < 1, "in [0, 1)") for k in ("clip_coef", "norm_reward_gamma", "adv_ewma_decay", "beta_prox")
+              if k in v]  # clip_coef: log(1 - epsilon) must exist
+    rules += [("imp_samp_max", v["imp_samp_max"] == 0 or 1 <= v["imp_samp_max"] < inf, "0 or at least 1")]
+    c, t, m = max(1, args.batch_divisor), args.num_steps, max(1, args.num_minibatches)
+    n, epochs = max(1, args.num_envs // c), "update_epochs" if "update_epochs" in v else "e_pi"
+    by_step, by_env = args.minibatch_by == "step", n % m == 0 if m <= n else m % n == 0 and t % (m // n) == 0
+    rules += [("num_envs", args.num_envs % c == 0, f"a multiple of --batch-divisor ({c})"),
+              (epochs, c == 1 or v[epochs] == 1, "1 with --batch-divisor above 1 (Section 4)"),
+              ("num_minibatches", (n * t) % m == 0 if by_step else by_env, f"a divisor of the {n * t} steps" if by_step
+               else f"a divisor of the {n} envs, or k x {n} with k dividing {t} steps (--minibatch-by env)")]
+    for key, ok, allowed in rules:
+        if not ok:
+            p.error(f"argument --{key.replace('_', '-')}: must be {allowed}, got {v[key]}")
 
 
 FREE = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_interval", "eval_episodes", "eval_interval",
@@ -696,74 +632,57 @@ DERIVED = ("batch_size", "minibatch_size", "num_iterations", "device", "versions
 
 
 def resume_args(p, argv, args):
-    """--resume or --evaluate RUN_DIR: the run's config.json becomes the parser's defaults, so a flag given again must
-    repeat the run's value unless it is FREE. Then the checks that protect a continuation: the same script and version,
-    a checkpoint, the same number of workers, a total not made smaller, a run not finished."""
-    if args.resume and args.evaluate:
-        p.error("argument --evaluate: not allowed with --resume")
-    flag, run_dir = ("--resume", args.resume) if args.resume else ("--evaluate", args.evaluate)
-    path = os.path.join(run_dir, "config.json")
-    try:
-        with open(path) as f:
-            config = dict(json.load(f))
-    except (OSError, ValueError, TypeError) as e:
-        p.error(f"argument {flag}: cannot read {path}: {e.strerror if isinstance(e, OSError) else e}")
-    made_by, missing = config.get("script"), sorted(set(vars(args)) - set(config))
-    if made_by not in (None, SCRIPT):
-        p.error(f"argument {flag}: the run in {run_dir!r} was made by {made_by}, not {SCRIPT}")
-    if made_by is None or missing:
-        p.error(f"argument {flag}: the run in {run_dir!r} was made by another script or version: its config.json has "
-                f"no {', '.join(missing[:3]) or 'script'}")
+    """--resume or --evaluate RUN_DIR: the run's config.json becomes the parser's defaults, as in nanoGPT. A flag given
+    again must repeat the run's value unless it is FREE: the run's results stay those of one configuration."""
+    run_dir = args.resume or args.evaluate
     if not os.path.isfile(os.path.join(run_dir, CHECKPOINT)):
-        p.error(f"argument {flag}: no {CHECKPOINT} in {run_dir!r} (was the run started with --save-model?)")
+        p.error(f"argument --{'resume' if args.resume else 'evaluate'}: no {CHECKPOINT} in {run_dir!r}")
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    made_by, missing = config.get("script"), sorted(set(vars(args)) - set(config))
+    if made_by != SCRIPT or missing:  # another script, or an older version whose defaults may not be the run's
+        why = f"a run of {made_by}" if made_by != SCRIPT else f"from an older {SCRIPT}, with no {missing[0]}"
+        p.error(f"argument --{'resume' if args.resume else 'evaluate'}: {run_dir!r} is {why}, not of this {SCRIPT}")
     p.set_defaults(**{k: v for k, v in config.items() if k not in DERIVED + ("micro_batch_size", "resume", "evaluate")})
-    if args.evaluate:
-        p.set_defaults(eval_episodes=10)
-    args, world_size = p.parse_args(argv), worker()[1]
+    args = p.parse_args(argv)
     for key, value in vars(args).items():
-        if key not in FREE and value != config.get(key):
-            p.error(f"argument --{key.replace('_', '-')}: the run in {run_dir!r} has {config.get(key)!r}, "
-                    f"got {value!r}")
-    if args.evaluate and args.eval_episodes < 1:
-        p.error(f"argument --eval-episodes: --evaluate needs at least 1 episode, got {args.eval_episodes}")
-    if args.resume and config["world_size"] != world_size:
-        p.error(f"argument --resume: the run in {run_dir!r} has {config['world_size']} workers, this launch has "
-                f"{world_size}: resume it with {resume_command(run_dir, config['world_size'])}")
-    if args.total_timesteps < config["total_timesteps"]:
-        p.error(f"argument --total-timesteps: the run in {run_dir!r} has {config['total_timesteps']}; a resumed run "
-                f"can only be extended, got {args.total_timesteps}")
-    done, total = read_checkpoint(os.path.join(run_dir, CHECKPOINT))["iteration"], num_iterations(args, world_size)
-    if args.resume and done >= total:  # (reading the checkpoint memory-mapped reads the iteration only)
-        p.error(f"argument --resume: the run in {run_dir!r} is finished ({done} of {total} iterations); to extend it, "
-                f"give a --total-timesteps above {args.total_timesteps}")
-    args.save_model = True
+        if key not in FREE and value != config[key]:
+            p.error(f"argument --{key.replace('_', '-')}: the run in {run_dir!r} has {config[key]!r}, got {value!r}")
+    if args.resume and config["world_size"] != worker()[1]:  # each worker's environments and generator are its own
+        p.error(f"argument --resume: the run has {config['world_size']} workers: resume it with "
+                f"{resume_command(run_dir, config['world_size'])}")
+    args.eval_episodes = args.eval_episodes or (10 if args.evaluate else 0)
     return args
 
 
 def resume_command(run_dir, world_size):
-    """The command that resumes run_dir from any folder, with the workers it was started with."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    launcher = "python" if world_size == 1 else f"torchrun --nproc-per-node {local}" + (
-        f" --nnodes {world_size // local} (and your rendezvous flags)" if local < world_size else "")
+    """The command that resumes run_dir from any folder, with the workers it was started with (on one node)."""
+    launcher = "python" if world_size == 1 else f"torchrun --nproc-per-node {world_size}"
     return f"{launcher} {shlex.quote(os.path.abspath(__file__))} --resume {shlex.quote(os.path.abspath(run_dir))}"
 
 
 def num_iterations(args, world_size):
-    """Iterations in the run; the last one is never dropped, so a run may take a little more than total_timesteps."""
-    return math.ceil(args.total_timesteps / (args.num_envs * args.num_steps * world_size))
+    """Iterations in the run, rounded up (PPG's to whole phases: a run ends with an aux phase, small to checkpoint)."""
+    phase = getattr(args, "n_pi", 1)
+    return phase * math.ceil(args.total_timesteps / (args.num_envs * args.num_steps * world_size * phase))
 
 
 # --- Many workers (torchrun) and the device ------------------------------------------------------------------------
-# `torchrun --nproc-per-node W script.py ...` starts W workers, each with its own --num-envs environments, as the
-# paper ran (4 workers x 64 envs). Without torchrun there is one worker, no process group, and these helpers do
-# nothing. Every worker holds the same networks and takes the same optimiser steps on the averaged gradient.
+# `torchrun --nproc-per-node W script.py ...` starts W workers of --num-envs environments each, as the paper ran (4 x 64
+# envs); each holds the same networks and steps on the averaged gradient. Without torchrun these helpers do nothing.
 def worker():
     """(rank, world size), as torchrun sets them; (0, 1) without it. Rank 0 prints and writes the run folder."""
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
+def cpu_threads():
+    """The cores this process may use (Linux knows its CPU set; macOS and Windows count all), shared by the workers."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+
+
 def setup(args):
-    """Joins torchrun's workers (NCCL with a GPU each, gloo otherwise); sets the GPU's maths, the threads, the seed."""
+    """Joins torchrun's workers (NCCL or gloo); sets the GPU's maths, the threads, the seed, the micro-batch size."""
     local_rank, local_size = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     use_cuda = args.cuda and torch.cuda.is_available()
     device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
@@ -771,13 +690,14 @@ def setup(args):
         torch.cuda.set_device(device)
     if worker()[1] > 1:
         dist.init_process_group("nccl" if use_cuda and torch.cuda.device_count() >= local_size else "gloo")
-    # A GPU computes convolutions and matmuls in TF32 (fp32's range, a 10-bit mantissa; --bf16 goes further), with the
-    # fastest cuDNN algorithm for each of the run's fixed shapes, measured once. So a GPU run is not plain fp32, nor
-    # bit-repeatable: a resumed GPU run continues the same run, but not to the last bit as a CPU run does.
+    # A GPU computes in TF32 (fp32's range, a 10-bit mantissa) with the fastest cuDNN algorithm for each shape: not
+    # plain fp32, nor bit-repeatable: a resumed GPU run continues the same run, not to the last bit as a CPU run does.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = True, False
     torch.set_num_threads(cpu_threads())
     torch.manual_seed(args.seed + worker()[0])  # the only random generator drawn from (Procgen seeds its own)
+    if args.micro_batch_size is None:  # on a CPU 16-64 ran alike, 128 1.22-1.50x slower (docs/results.md)
+        args.micro_batch_size = 0 if use_cuda else max(32, 16 * cpu_threads())
     return device
 
 
@@ -799,12 +719,13 @@ def all_reduce_sum(tensor):
 
 
 def configure_cnns(nets, bf16, compile):
-    """--bf16 and --compile for every IMPALA CNN in `nets`, in place (parameter names, hence checkpoints, unchanged)."""
+    """--bf16 and --compile for every IMPALA CNN in `nets`, in place (parameter names, hence checkpoints, unchanged).
+    Compiled with static shapes, one graph per batch size and grad mode (a dynamic batch size fails to compile in
+    torch 2.13); past torch's limit of graphs per function it warns once and runs the rest eagerly."""
     for cnn in [m for net in nets for m in net.modules() if isinstance(m, ImpalaCNN)]:
         cnn.bf16 = bf16
-        if compile:  # one graph per batch size and grad mode (a dynamic batch size fails to compile in torch 2.13)
+        if compile:
             cnn.compile(dynamic=False)
-    torch._dynamo.config.cache_size_limit = 64  # the default of 8 graphs would fall back to eager without a word
 
 
 # --- Evaluation and videos -----------------------------------------------------------------------------------------
@@ -816,9 +737,8 @@ def held_out_levels(args):
 
 @torch.no_grad()
 def evaluate(args, agent, episodes, seed, gif=None):
-    """The returns and lengths of `episodes` episodes on held-out levels, in environments and with a random generator
-    of their own (training's are untouched), one environment per episode: the first episodes to finish would favour
-    short ones. With `gif`, the first episode is also saved there as an animated GIF (at 128 x 128, a few MB)."""
+    """The returns and lengths of `episodes` episodes on held-out levels, one environment each (the first to finish
+    would favour short ones), envs and generator apart from training's. With `gif`: the first episode as a GIF there."""
     start_level, num_levels = held_out_levels(args)
     device, frames = next(agent.parameters()).device, []
     envs = make_env(argparse.Namespace(**{**vars(args), "num_envs": episodes, "start_level": start_level,
@@ -853,98 +773,53 @@ def evaluate_saved_agent(args, device):
         f"(standard error) over {len(returns)} held-out episodes, mean length {np.mean(lengths):.0f}")
     if args.capture_video:
         gif = os.path.join(args.evaluate, "videos", f"evaluate_iter_{state['iteration']:06d}.gif")
-        with writing(args.evaluate):
-            evaluate(args, agent, 1, seed=args.seed + 20_000, gif=gif)
+        evaluate(args, agent, 1, seed=args.seed + 20_000, gif=gif)
         say(f"video: {gif}")
     return returns
 
 
-# --- Checkpoints, the console and write errors ---------------------------------------------------------------------
+# --- Checkpoints and the console -----------------------------------------------------------------------------------
 CHECKPOINT = "checkpoint.pt"
 
 
 def read_checkpoint(path):
-    """Safe (tensors and plain containers only) and memory-mapped loading onto the CPU, whatever device saved it; each
-    load_state_dict then moves the tensors to their place, and Adam's step counters stay on the CPU, where a fresh Adam
-    keeps them (on a GPU each would cost a host sync per step). An unreadable file: one line, exit code 2."""
+    """Safe, memory-mapped loading onto the CPU from any device: load_state_dict puts each tensor in its place, Adam's
+    step counters stay on the CPU as in a fresh Adam (no host sync per step). A damaged file: one line, exit code 2."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated, corrupt, or not a checkpoint at all
-        print(f"{SCRIPT}: error: cannot read {path} ({type(e).__name__}: {(str(e) or 'corrupt').splitlines()[0]}): "
-              "it is damaged or not a checkpoint; put back a copy of it, or start a new run", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(f"{SCRIPT}: error: cannot read {path} ({type(e).__name__}): put back a copy, or start a new run")
+
+
+def replace_file(path, write):
+    """write(path + ".tmp") renamed over path: a crash leaves the old file or the new one whole, a failure no .tmp."""
+    try:
+        write(path + ".tmp")
+        os.replace(path + ".tmp", path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path + ".tmp")
 
 
 def say(*args, file=None):
-    """print on rank 0. A closed stdout or stderr (`| head`, a terminal or tee that went away) never stops the run:
-    the stream is pointed at /dev/null, and training, progress.csv and the checkpoints go on."""
-    if worker()[0] == 0:
-        try:
-            print(*args, file=file or sys.stdout, flush=True)
-        except OSError:
-            with contextlib.suppress(Exception):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), (file or sys.stdout).fileno())
-
-
-@contextlib.contextmanager
-def writing(folder, close=lambda: None):
-    """Writes to a run folder. Any OSError (a full disk, a read-only folder) ends the program with one line naming the
-    folder and the cause, exit code 1 (the arguments were fine): no .tmp file stays, the last checkpoint and rows do."""
-    try:
-        yield
-    except OSError as e:
-        close()
-        with contextlib.suppress(OSError):
-            for name in [name for name in os.listdir(folder) if name.endswith(".tmp")]:
-                os.remove(os.path.join(folder, name))
-        sys.exit(f"{SCRIPT}: cannot write to the run folder {folder}: {(e.strerror or str(e)).lower()}")
-
-
-def lock_run_folder(run_dir):
-    """One writer per run folder: an exclusive lock for the run's life, which the kernel drops however the process ends
-    (a dead run never blocks), with the holder's process id inside. A second run or resume exits with code 2."""
-    lock = open(os.path.join(run_dir, "run.lock"), "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        print(f"{SCRIPT}: error: argument --resume: the run in {run_dir!r} is in use by process "
-              f"{lock.read().strip() or '(unknown)'}", file=sys.stderr)
-        sys.exit(2)
-    lock.truncate(0)
-    lock.write(f"{os.getpid()}\n")
-    lock.flush()
-    return lock
-
-
-def new_run_dir(args):
-    """<runs-dir>/<env>__<exp-name>__<seed>__<unix time>, made by one atomic mkdir: a run started in the same second
-    gets the suffix -2 (then -3, ...), never the other run's folder."""
-    stem = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-    os.makedirs(args.runs_dir, exist_ok=True)
-    for name in [stem] + [f"{stem}-{n}" for n in range(2, 1000)]:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name)
-            return name
+    if worker()[0] == 0:  # rank 0 speaks for all workers
+        print(*args, file=file or sys.stdout, flush=True)
 
 
 # --- The run: its folder, progress.csv, checkpoints, signals and the console ---------------------------------------
 COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length", "policy_loss",
-           "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac",
-           "env_time_s", "rollout_time_s", "update_time_s", "eval_return", "eval_length",
-           "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # of progress.csv; aux_*: PPG only
+           "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac", "eval_return",
+           "eval_length", "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG only
 
 
 class Run:
-    """What main() needs around its loop: it resumes a run or makes its folder (rank 0 writes config.json,
-    progress.csv and the videos, every worker its checkpoint, all through `writing`), evaluates and records when
-    due, writes a row and a console line, checks for non-finite values and signals, saves, and finishes."""
+    """What main() needs around its loop: the run folder (rank 0 writes config.json, progress.csv and the videos, every
+    worker its checkpoint), evaluation, a row and a console line, checks for non-finite values and signals, saving."""
     def __init__(self, args, device, learner, stale_rollouts):
         self.args, self.device, self.learner, self.stale_rollouts = args, device, learner, stale_rollouts
-        (self.rank, self.world_size), self.csv_file, self.lock, self.signal = worker(), None, None, None
+        (self.rank, self.world_size), self.signal, self.problem = worker(), None, None
         self.global_batch_size = args.num_envs * args.num_steps * self.world_size  # env steps per iteration
         self.num_iterations = num_iterations(args, self.world_size)
-        self.start_iteration, self.last_saved, self.problem, self.warned, elapsed = 0, None, None, False, 0.0
         # SIGINT (Ctrl-C) or SIGTERM: finish the iteration, checkpoint, exit; a second one stops at once
         self.handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         modules = [m for m in learner.values() if isinstance(m, nn.Module)]
@@ -952,36 +827,40 @@ class Run:
             for tensor in [t for m in modules for t in m.state_dict().values() if isinstance(t, torch.Tensor)]:
                 dist.broadcast(tensor, 0)
         configure_cnns(modules, args.bf16, args.compile)
-        with writing(args.resume or args.runs_dir):  # rank 0 names the folder, for every worker
-            box = [args.resume or (new_run_dir(args) if self.rank == 0 else None)]
-            if dist.is_initialized():
-                dist.broadcast_object_list(box, 0)
+        box = [args.resume or (self.new_dir() if self.rank == 0 else None)]  # rank 0 names the folder for every worker
+        if dist.is_initialized():
+            dist.broadcast_object_list(box, 0)
         self.dir = box[0]
         self.checkpoint = os.path.join(self.dir, f"checkpoint.rank{self.rank}.pt" if self.rank else CHECKPOINT)
-        with writing(self.dir, self.close):
-            self.lock = lock_run_folder(self.dir) if self.rank == 0 else None
-            if args.resume:  # Procgen cannot restore its state: the resumed run starts fresh episodes
-                checkpoint = read_checkpoint(self.checkpoint)
-                for name, obj in learner.items():
-                    obj.load_state_dict(checkpoint[name])
-                torch.set_rng_state(checkpoint["rng"]["torch"])
-                if device.type == "cuda" and checkpoint["rng"].get("cuda") is not None:  # none from a CPU run
-                    torch.cuda.set_rng_state(checkpoint["rng"]["cuda"], device)
-                stale_rollouts.extend({k: v.to(device) for k, v in r.items()} for r in checkpoint["stale_rollouts"])
-                self.start_iteration = self.last_saved = checkpoint["iteration"]
-                elapsed = checkpoint["time_s"]
-            if self.rank == 0:
-                self.write_config()
-                self.csv_file, self.progress = self.open_progress()
+        self.start_iteration, elapsed = self.load() if args.resume else (0, 0.0)
+        self.last_saved = self.start_iteration if args.resume else None
+        if self.rank == 0:
+            self.write_config()
+            self.csv_file, self.progress = self.open_progress()
         self.env_seed = args.seed + 100_000 * self.rank + self.start_iteration  # a resumed run plays new levels
-        knobs = ", ".join(f"{k} {getattr(args, k):.4g}" if isinstance(getattr(args, k), float) else
-                          f"{k} {getattr(args, k)}" for k in ("learning_rate", "adv_ewma_decay", "beta_prox", "prox",
-                                                              "n_pi") if hasattr(args, k))
-        workers = f" x {self.world_size} workers" if self.world_size > 1 else ""
+        knobs = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in vars(args).items()
+                          if k in ("learning_rate", "beta_prox", "prox", "n_pi"))
         say(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
-            f"{args.num_steps} steps{workers}, {self.num_iterations} iterations = "
+            f"{args.num_steps} steps x {self.world_size} worker(s), {self.num_iterations} iterations = "
             f"{self.num_iterations * self.global_batch_size:,} steps; {knobs}; run folder {self.dir}")
         self.start_time, self.last_time, self.watch_time = time.time() - elapsed, time.time(), 0.0
+
+    def new_dir(self):  # fails rather than share a folder with a run started in the same second
+        args = self.args
+        path = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        os.makedirs(path)
+        return path
+
+    def load(self):
+        """--resume: learner, generators, staleness FIFO; (iteration, seconds). Procgen's episodes start afresh."""
+        checkpoint = read_checkpoint(self.checkpoint)
+        for name, obj in self.learner.items():
+            obj.load_state_dict(checkpoint[name])
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        if self.device.type == "cuda" and checkpoint["rng"].get("cuda") is not None:  # none from a CPU run
+            torch.cuda.set_rng_state(checkpoint["rng"]["cuda"], self.device)
+        self.stale_rollouts.extend({k: v.to(self.device) for k, v in r.items()} for r in checkpoint["stale_rollouts"])
+        return checkpoint["iteration"], checkpoint["time_s"]
 
     def on_signal(self, signum, frame):
         if self.signal is not None:
@@ -997,9 +876,8 @@ class Run:
         start, args, agent = time.time(), self.args, self.learner["agent"]
         if self.rank != 0:
             return {}
-        with writing(self.dir, self.close):
-            gif = os.path.join(self.dir, "videos", f"iter_{iteration:06d}.gif") if video else None
-            returns, lengths = evaluate(args, agent, 1 if video else args.eval_episodes, args.seed + iteration, gif)
+        gif = os.path.join(self.dir, "videos", f"iter_{iteration:06d}.gif") if video else None
+        returns, lengths = evaluate(args, agent, 1 if video else args.eval_episodes, args.seed + iteration, gif)
         self.watch_time += time.time() - start  # left out of the iteration's speed
         return {} if video else {"eval_return": np.mean(returns), "eval_length": np.mean(lengths)}
 
@@ -1011,15 +889,11 @@ class Run:
         busy = now - self.last_time - self.watch_time  # this iteration's time, evaluation and videos left out
         self.row = dict(stats, iteration=iteration, global_step=iteration * self.global_batch_size,
                         time_s=round(now - self.start_time, 3), sps=round(self.global_batch_size / busy, 1),
-                        env_time_s=round(rollout_log["env_time_s"], 3), rollout_time_s=round(rollout_log["time_s"], 3),
                         episodic_return=return_sum / episodes if episodes else "",
                         episodic_length=length_sum / episodes if episodes else "")
-        if "policy_loss" in stats:  # GAE and the update; a PPG auxiliary phase is timed on its own
-            self.row["update_time_s"] = round(busy - rollout_log["time_s"] - stats.get("aux_time_s", 0), 3)
         if self.rank == 0:
-            with writing(self.dir, self.close):
-                self.progress.writerow(self.row)
-                self.csv_file.flush()
+            self.progress.writerow(self.row)
+            self.csv_file.flush()
         eta = int((now - self.start_time) / iteration * (self.num_iterations - iteration))  # the whole run, resumes too
         ret = f"{self.row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
         say(f"iter {iteration}/{self.num_iterations} | step {self.row['global_step']:,} | return {ret} | "
@@ -1027,86 +901,69 @@ class Run:
         self.last_time, self.watch_time = now, 0.0
 
     def check(self, iteration):
-        """(broken, stopping), the same on every worker: a non-finite loss or parameter, named, stops the run before it
-        can be checkpointed; a signal stops it after a checkpoint. A finite loss that explodes is reported, once."""
-        losses = {k: v for k, v in self.row.items() if isinstance(v, float)}
-        bad = [k for k, v in losses.items() if not math.isfinite(v)] or [
+        """(broken, stopping) on all workers: a non-finite loss or parameter stops before saving, a signal after."""
+        bad = [k for k, v in self.row.items() if isinstance(v, float) and not math.isfinite(v)] or [
             f"parameter {n}" for n, p in self.learner["agent"].named_parameters() if not torch.isfinite(p).all()]
-        big = [k for k, v in losses.items() if k.endswith("loss") and abs(v) > 1e10]
-        if big and not self.warned:
-            self.warned = True
-            say(f"warning: iteration {iteration}: {big[0]} = {losses[big[0]]:.3g}: the run is diverging (try a "
-                "smaller --learning-rate)", file=sys.stderr)
         broken, stopping = all_reduce_sum(torch.tensor([bool(bad), self.signal is not None],
                                                        dtype=torch.float64, device=self.device)).tolist()
         if broken:
             self.problem = f"iteration {iteration}: non-finite {bad[0] if bad else 'values on another worker'}"
-        if stopping:
-            self.signal = self.signal or "SIGTERM"
+        self.signal = self.signal or ("SIGTERM" if stopping else None)  # another worker's signal stops this one too
         return bool(broken), bool(stopping)
 
     def save(self, iteration):
-        """Every learner object's state, the random generator's (the CPU's, and this run's GPU's), the iteration and
-        the staleness FIFO, through a .tmp file and a rename: a crash while saving keeps the previous checkpoint."""
+        """The learner, the generators (CPU, and this run's GPU), the iteration and the staleness FIFO, whole or not."""
         state = {name: obj.state_dict() for name, obj in self.learner.items()}
         state["rng"] = {"torch": torch.get_rng_state(),
                         "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None}
-        with writing(self.dir, self.close):
-            with open(self.checkpoint + ".tmp", "wb") as f:  # a file object: a full disk is an OSError
-                torch.save(dict(state, iteration=iteration, time_s=time.time() - self.start_time,
-                                stale_rollouts=list(self.stale_rollouts)), f)
-            os.replace(self.checkpoint + ".tmp", self.checkpoint)
+        state.update(iteration=iteration,
+                     time_s=time.time() - self.start_time, stale_rollouts=list(self.stale_rollouts))
+        replace_file(self.checkpoint, lambda tmp: torch.save(state, tmp))
         self.last_saved = iteration
 
     def finish(self, envs):
         """Close everything; a non-finite stop or a signal exits with its message, a finished run returns its folder."""
-        self.close()
+        for s, handler in self.handlers.items():
+            signal.signal(s, handler)
+        if self.rank == 0:
+            self.csv_file.close()
         envs.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+        kept = f"checkpoint of iteration {self.last_saved}" if self.last_saved is not None else "no checkpoint"
         if self.problem:
-            kept = (f"the last good checkpoint (iteration {self.last_saved}) is kept in {self.dir}"
-                    if self.last_saved is not None else "no checkpoint was written")
-            sys.exit(f"{SCRIPT}: {self.problem}; stopped, {kept}")
+            sys.exit(f"{SCRIPT}: {self.problem}; stopped, {kept} in {self.dir}")
         if self.signal:
-            say(f"Stopped ({self.signal}). " + (f"Resume with: {resume_command(self.dir, self.world_size)}"
-                if self.args.save_model else "No checkpoint: start runs with --save-model to be able to resume them."))
+            say(f"Stopped ({self.signal}), {kept}" + (f": resume with {resume_command(self.dir, self.world_size)}"
+                                                      if self.last_saved is not None else " (--no-save-model)."))
             sys.exit(128 + getattr(signal, self.signal))
         return self.dir
 
-    def close(self):
-        for s, handler in self.handlers.items():
-            signal.signal(s, handler)
-        for f in (self.csv_file, self.lock):
-            if f is not None:
-                f.close()
-
     def write_config(self):
         """Every hyperparameter after Section 4's adjustments, what the run is made of, and the package versions."""
-        args, path = self.args, os.path.join(self.dir, "config.json")
-        batch_size = args.num_envs * args.num_steps
+        args, batch_size = self.args, self.args.num_envs * self.args.num_steps
         versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-                    "gymnasium": gym.__version__, "procgen": getattr(procgen, "__version__", "unknown")}
+                    "gymnasium": gym.__version__, "procgen": getattr(procgen, "__version__", "unknown").strip()}
         derived = {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
                    "num_iterations": self.num_iterations, "device": str(self.device), "world_size": self.world_size,
                    "global_batch_size": self.global_batch_size, "script": SCRIPT}
-        with open(path + ".tmp", "w") as f:
-            json.dump({**vars(args), **derived, "versions": versions}, f, indent=2)
-        os.replace(path + ".tmp", path)
+        config = json.dumps({**vars(args), **derived, "versions": versions}, indent=2)
+        replace_file(os.path.join(self.dir, "config.json"), lambda tmp: open(tmp, "w").write(config))
 
     def open_progress(self):
-        """progress.csv, open for appending. On resume the rows up to the checkpoint are kept and later ones dropped,
-        through a .tmp file and a rename: a crash at any moment leaves every kept row in place."""
+        """progress.csv, open for appending; on resume with the rows up to the checkpoint only (written whole)."""
         path, rows = os.path.join(self.dir, "progress.csv"), []
-        columns = [c for c in COLUMNS if not c.startswith("aux_") or hasattr(self.args, "n_pi")]  # PPG's aux phase
+        columns = [c for c in COLUMNS if not c.startswith("aux_") or "n_pi" in vars(self.args)]  # PPG's aux phase
         if self.start_iteration and os.path.exists(path):
             with open(path, newline="") as f:
                 rows = [row for row in csv.DictReader(f) if int(row["iteration"]) <= self.start_iteration]
-        with open(path + ".tmp", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(path + ".tmp", path)
+
+        def write(tmp):
+            with open(tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=columns)
+                writer.writeheader()
+                writer.writerows(rows)
+        replace_file(path, write)
         csv_file = open(path, "a", newline="")
         return csv_file, csv.DictWriter(csv_file, fieldnames=columns)
 

@@ -1,7 +1,7 @@
 """Speed benchmark: how fast each script trains, and how close that is to what this machine allows.
 
     python experiments/bench_speed.py                      # the four scripts at the default config
-    python experiments/bench_speed.py --options "" " --micro-batch-size 0" " --bf16"   # leading space: a value, not a flag
+    python experiments/bench_speed.py --options "" " --micro-batch-size 0" " --bf16"   # leading space: not a flag
     python experiments/bench_speed.py --pieces             # env step, policy forward, one update: the ceiling
     python experiments/bench_speed.py --micro-sweep 16 32 64 128   # ppo.py's and ppo_ewma.py's update per micro-batch
 
@@ -16,6 +16,8 @@ of this benchmark, on one machine: compare only those.
 import argparse
 import csv
 import glob
+import importlib
+import json
 import os
 import shlex
 import statistics
@@ -29,24 +31,51 @@ SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
 
 
 def run_script(script, options, args, workdir):
+    """Train `script` for warm-up + measured iterations in a child process (child_main) that times its pieces;
+    per measured iteration: sps (progress.csv) and the seconds of env steps, rollout forwards, update and aux phase."""
     iterations = args.warmup + args.iterations
     batch = args.num_envs * args.num_steps
-    cmd = [sys.executable, os.path.join(ROOT, f"{script}.py"), "--env-id", args.env_id, "--num-envs", str(args.num_envs),
-           "--num-steps", str(args.num_steps), "--total-timesteps", str(iterations * batch), "--runs-dir", workdir,
-           "--exp-name", f"bench_{script}"] + (["--n-pi", "1"] if script.startswith("ppg") else [])
-    cmd += shlex.split(options) + shlex.split(args.extra)
-    start = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    argv = ["--env-id", args.env_id, "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
+            "--total-timesteps", str(iterations * batch), "--runs-dir", workdir, "--exp-name", f"bench_{script}",
+            "--no-save-model"] + (["--n-pi", "1"] if script.startswith("ppg") else [])
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", script] + argv + shlex.split(options)
+    proc = subprocess.run(cmd + shlex.split(args.extra), capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"bench_speed.py: {' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    times = json.loads(proc.stdout.split("PIECES ")[-1])
     run_dir = max(glob.glob(os.path.join(workdir, f"*__bench_{script}__*")), key=os.path.getmtime)
-    rows = list(csv.DictReader(open(os.path.join(run_dir, "progress.csv"))))[args.warmup:]
+    rows = list(csv.DictReader(open(os.path.join(run_dir, "progress.csv"))))
+    return [{"sps": float(r["sps"]), "env_s": times["env_s"][i], "rollout_fwd_s": times["rollout_fwd_s"][i],
+             "update_s": times["update_s"][i], "aux_s": float(r.get("aux_time_s") or 0)}
+            for i, r in enumerate(rows) if i >= args.warmup]
 
-    def column(row, name):
-        return float(row[name]) if row.get(name) else 0.0
-    return [{"sps": float(r["sps"]), "env_s": column(r, "env_time_s"),
-             "rollout_fwd_s": column(r, "rollout_time_s") - column(r, "env_time_s"),
-             "update_s": column(r, "update_time_s"), "aux_s": column(r, "aux_time_s")} for r in rows]
+
+def child_main(script, argv):
+    """In the child: import `script`, wrap its env step, collect_rollout and update with timers (the scripts keep no
+    timing columns), train, and print the seconds of each call as one JSON line after "PIECES "."""
+    sys.path.insert(0, ROOT)
+    module = importlib.import_module(script)
+    times, env = {"env_s": [], "rollout_fwd_s": [], "update_s": []}, [0.0]
+
+    def timed(owner, name, done):
+        original = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            start = time.perf_counter()
+            out = original(*a, **k)
+            done(time.perf_counter() - start)
+            return out
+        setattr(owner, name, wrapper)
+
+    def rollout_done(seconds):
+        times["env_s"].append(env[0])
+        times["rollout_fwd_s"].append(seconds - env[0])
+        env[0] = 0.0
+    timed(module.ProcgenVecEnv, "step", lambda seconds: env.__setitem__(0, env[0] + seconds))
+    timed(module, "collect_rollout", rollout_done)
+    timed(module, "update", times["update_s"].append)
+    module.main(argv)
+    print("PIECES " + json.dumps(times), flush=True)
 
 
 def runs_mode(args):
@@ -60,7 +89,8 @@ def runs_mode(args):
                 print(f"  {script} {options or '(default)'}: " + " ".join(f"{r['sps']:.0f}" for r in rows) + " SPS",
                       file=sys.stderr, flush=True)
     results = [{"script": script, "options": options or "(default)",
-                **{k: statistics.median(r[k] for r in measured[(script, options)]) for k in measured[(script, options)][0]}}
+                **{k: statistics.median(r[k] for r in measured[(script, options)])
+                   for k in measured[(script, options)][0]}}
                for script, options in runs]
     base = {r["options"]: r["sps"] for r in results if r["script"] == "ppo"}
     default = {r["script"]: r["sps"] for r in results if r["options"] == (args.options[0] or "(default)")}
@@ -71,7 +101,8 @@ def runs_mode(args):
     print(header + "\n" + "-" * len(header))
     for r in results:
         vs_ppo = r["sps"] / base[r["options"]] if r["options"] in base else float("nan")
-        print(f"{r['script']:<9} {r['options']:<24} {r['sps']:7.0f} {vs_ppo:9.3f} {r['sps'] / default[r['script']]:10.3f} "
+        vs_first = r["sps"] / default[r["script"]]
+        print(f"{r['script']:<9} {r['options']:<24} {r['sps']:7.0f} {vs_ppo:9.3f} {vs_first:10.3f} "
               f"{r['env_s']:7.1f} {r['rollout_fwd_s']:13.1f} {r['update_s']:8.1f} {r['aux_s']:7.1f}")
     print("time ratio vs ppo.py = 1 / (SPS ratio); e.g. the EWMA overhead is ppo.py SPS / ppo_ewma.py SPS")
 
@@ -112,7 +143,8 @@ def pieces_mode(args):
     b = n * steps
     batch = {"obs": torch.randint(0, 256, (b, 64, 64, 3), dtype=torch.uint8, device=device),
              "actions": torch.randint(0, 15, (b,), device=device), "advantages": torch.randn(b, device=device),
-             "returns": torch.randn(b, device=device), "logp_behav": torch.full((b,), -2.7, device=device),
+             "returns": torch.randn(b, device=device), "values": torch.zeros(b, device=device),
+             "logp_behav": torch.full((b,), -2.7, device=device),
              "adv_mean": torch.tensor(0.0, device=device), "adv_std": torch.tensor(1.0, device=device)}
     batch["logp_old"] = batch["logp_behav"]
     optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate)
@@ -150,7 +182,8 @@ def micro_sweep_mode(args):
         g = torch.Generator().manual_seed(0)
         batch = {"obs": torch.randint(0, 256, (size, 64, 64, 3), dtype=torch.uint8, generator=g),
                  "actions": torch.randint(0, 15, (size,), generator=g), "advantages": torch.randn(size, generator=g),
-                 "returns": torch.randn(size, generator=g), "logp_behav": torch.full((size,), -2.7),
+                 "returns": torch.randn(size, generator=g), "values": torch.zeros(size),
+                 "logp_behav": torch.full((size,), -2.7),
                  "adv_mean": torch.tensor(0.0), "adv_std": torch.tensor(1.0)}
         batch["logp_old"] = batch["logp_behav"]
         extra = (module.EWMA(agent, cfg.beta_prox),) if module is ppo_ewma else ()
@@ -175,17 +208,21 @@ def micro_sweep_mode(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=SCRIPTS)
-    p.add_argument("--options", nargs="+", default=[""], help="option sets to compare, e.g. '' ' --bf16' (start each with a space)")
+    p.add_argument("--options", nargs="+", default=[""],
+                   help="option sets to compare, e.g. '' ' --bf16' (start each with a space)")
     p.add_argument("--env-id", default="starpilot")
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--num-steps", type=int, default=256)
     p.add_argument("--iterations", type=int, default=2, help="measured iterations per run")
     p.add_argument("--warmup", type=int, default=1, help="iterations skipped at the start of each run")
     p.add_argument("--repeats", type=int, default=1, help="runs per script, in alternating order; medians over all")
-    p.add_argument("--extra", default="", help="more arguments for every run, e.g. --extra=--no-cuda or --extra ' --bf16 --compile'")
+    p.add_argument("--extra", default="",
+                   help="more arguments for every run, e.g. --extra=--no-cuda or --extra ' --bf16 --compile'")
     p.add_argument("--pieces", action="store_true", help="time the pieces instead of whole runs")
     p.add_argument("--no-cuda", action="store_true", help="with --pieces: stay on the CPU")
     p.add_argument("--micro-sweep", nargs="+", type=int, metavar="M", help="time the update at these micro-batch sizes")
+    if sys.argv[1:2] == ["--child"]:
+        return child_main(sys.argv[2], sys.argv[3:])
     args = p.parse_args()
     micro_sweep_mode(args) if args.micro_sweep else pieces_mode(args) if args.pieces else runs_mode(args)
 

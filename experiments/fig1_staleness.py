@@ -67,7 +67,7 @@ def build_runs(args):
                 name, options_k = f"fig1__{script}__{knob}__stale{k}", options
             for env in args.envs:
                 for seed in args.seeds:
-                    runs.append(sweep.Run(script, env, seed, name, args.total_timesteps,
+                    runs.append(sweep.Job(script, env, seed, name, args.total_timesteps,
                                           {**sweep.base_options(args, script), **options_k, "staleness": k},
                                           {"variant": variant, "staleness": k}))
     return runs

@@ -140,7 +140,7 @@ def build_runs(args):
                 opts.update(options)
             for env in args.envs:
                 for seed in args.seeds:
-                    runs.append(sweep.Run(script, env, seed, name, args.total_timesteps, opts,
+                    runs.append(sweep.Job(script, env, seed, name, args.total_timesteps, opts,
                                           {"variant": variant, "divisor": c,
                                            "batch_size": args.num_envs // c * args.num_steps}))
     return runs

@@ -51,7 +51,7 @@ def parse_args(argv=None):
 
 
 def build_runs(args):
-    return [sweep.Run(script, env, seed, f"fig4__{script}", args.total_timesteps, sweep.base_options(args, script),
+    return [sweep.Job(script, env, seed, f"fig4__{script}", args.total_timesteps, sweep.base_options(args, script),
                       {"algorithm": script})
             for script in args.algorithms for env in args.envs for seed in args.seeds]
 

@@ -1,7 +1,7 @@
 """Running a figure's sweep: the training runs it plans, resumably, several at a time; and the command
 line that the figure runners (fig1_staleness.py, fig2_batch_size.py, fig4_ewma_vs_baseline.py) share.
 
-    runs      Run (one training run), command(), folders_of(), find_finished() / is_finished(),
+    runs      Job (one planned training run), command(), folders_of(), find_finished() / is_finished(),
               find_resumable(), launch_command(), commit(), select_runs(), core_slots(), run_all():
               resumable, P runs at a time, each pinned to its own cores
     CLI       sweep_parser() / parse_sweep_args(): the flags every runner shares, with its presets;
@@ -52,7 +52,7 @@ NOT_CHECKED = {"cuda"}  # the device does not change what a run is
 
 
 @dataclasses.dataclass
-class Run:
+class Job:
     """One training run: `python <script>.py --env-id ENV --seed S --exp-name NAME --total-timesteps T <options>`.
 
     options maps argparse dest names to values: True is a bare flag, False a `--no-` flag, a list a
@@ -186,7 +186,7 @@ def commit(run_dir, committed):
 
 
 def select_runs(runs, runs_dir):
-    """The newest finished folder of each planned Run, loaded, with its tags: a list of loaded runs."""
+    """The newest finished folder of each planned Job, loaded, with its tags: a list of loaded runs."""
     selected = []
     for run in runs:
         run_dir = find_finished(run, runs_dir)

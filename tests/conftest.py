@@ -110,6 +110,7 @@ def bad_argument(capsys, monkeypatch, tmp_path):
         folder.mkdir(exist_ok=True)
         before = sorted(os.listdir(tmp_path)), sorted(os.listdir(folder))
         monkeypatch.chdir(folder)
+        monkeypatch.setattr(load(name), "setup", lambda args: pytest.fail(f"{argv} was not refused"))  # no training
         with pytest.raises(SystemExit) as exit_info:
             load(name).main(list(argv))
         err = capsys.readouterr().err

@@ -19,10 +19,10 @@ def checkpoint(run_dir, name="checkpoint.pt"):
 
 def test_resume_equals_an_uninterrupted_run(script, tmp_path, monkeypatch):
     """2 iterations + resume to 4 == 4 iterations: every learning column and every saved tensor (networks,
-    EWMA, optimisers, normalisers, staleness FIFO, PPG aux buffer mid-phase, RNG states)."""
+    EWMA, optimisers, normalisers, staleness FIFO, RNG states; PPG's saved right after its aux phase)."""
     monkeypatch.setattr(script, "ProcgenVecEnv", StatelessEnv)
     name = script.__name__
-    extra = ["--staleness", "1", "--save-model", "--save-interval", "1"] + (["--n-pi", "3"] if name in PPG_SCRIPTS else [])
+    extra = ["--staleness", "1", "--save-interval", "1"] + (["--n-pi", "2"] if name in PPG_SCRIPTS else [])
     full = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "full"), "--total-timesteps", "512", *extra))
     part = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "part"), "--total-timesteps", "256", *extra))
     assert checkpoint(part)["iteration"] == 2
@@ -41,7 +41,7 @@ def test_resume_on_procgen_keeps_the_past_and_starts_fresh_episodes(tmp_path):
     """With real Procgen the environment cannot be restored: rows up to the checkpoint are kept as they were,
     later rows come from fresh episodes, so every data-dependent column may differ from an uninterrupted run."""
     ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256", "--save-model"))
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
     before = read_progress(run_dir)
     config_before = json.load(open(os.path.join(run_dir, "config.json")))
     ppo.main(["--resume", run_dir, "--total-timesteps", "384"])
@@ -56,7 +56,7 @@ def test_resume_on_procgen_keeps_the_past_and_starts_fresh_episodes(tmp_path):
 def test_a_resumed_run_estimates_its_remaining_time_from_the_whole_run(tmp_path, capsys):
     """The ETA after --resume: time so far (the checkpoint's time_s included) over iterations so far."""
     ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256", "--save-model"))
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
     state = checkpoint(run_dir)
     state["time_s"] = 7200.0  # 2 iterations took an hour each
     torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
@@ -83,13 +83,13 @@ def test_sigterm_saves_a_loadable_checkpoint_and_prints_the_resume_command(tmp_p
     state = checkpoint(run_dir)
     assert state["iteration"] >= 1 and "ewma" in state
     # a command that works from any folder: absolute paths
-    assert f"Resume with: python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
+    assert f"resume with python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
 
 
 def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(tmp_path):
     """Killed (SIGKILL, no clean-up) as soon as the resumed run has started: the history is all still there."""
     ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256", "--save-model"))
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
     before = open(os.path.join(run_dir, "progress.csv")).read()
     assert len(read_progress(run_dir)) == 2
     cmd = [sys.executable, os.path.join(ROOT, "ppo.py"), "--resume", run_dir, "--total-timesteps", "100000"]
@@ -104,8 +104,8 @@ def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(tmp_path):
 
 def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(tmp_path):
     """torchrun, 2 gloo workers, the stand-in environment: 2 iterations + resume to 4 == 4 iterations, in every
-    learning column and every tensor of both workers' checkpoints (PPG-EWMA: aux buffer, EWMA, FIFO)."""
-    extra = ["--staleness", "1", "--save-model", "--save-interval", "1", "--n-pi", "3"]
+    learning column and every tensor of both workers' checkpoints (PPG-EWMA: EWMA, FIFO, after an aux phase)."""
+    extra = ["--staleness", "1", "--save-interval", "1", "--n-pi", "2"]
     full = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "full"),
                                                    "--total-timesteps", "1024", *extra))
     part = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "part"),
@@ -147,7 +147,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(script, tmp_pa
     with pytest.raises(SystemExit) as exit_info:
         script.main(argv)
     message = str(exit_info.value.code)
-    assert "iteration 3: non-finite policy_loss" in message and "last good checkpoint (iteration 2)" in message
+    assert "iteration 3: non-finite policy_loss" in message and "checkpoint of iteration 2 in" in message
     run_dir = os.path.join(tmp_path, os.listdir(tmp_path)[0])
     assert checkpoint(run_dir)["iteration"] == 2
     assert not os.path.exists(os.path.join(run_dir, "checkpoint.pt.tmp"))
@@ -166,21 +166,7 @@ def test_non_finite_parameter_is_named(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exit_info:
         ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
     assert "iteration 1: non-finite parameter v_head.weight" in str(exit_info.value.code)
-    assert "no checkpoint was written" in str(exit_info.value.code)
-
-
-def test_exploding_losses_warn_once_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
-    """A value loss of 1e28 is finite, so nothing stops the run, but the user is told, once."""
-    ppo = load("ppo")
-    real_update = ppo.update
-
-    def exploding_update(*args, **kwargs):
-        return {**real_update(*args, **kwargs), "value_loss": 1e28}
-    monkeypatch.setattr(ppo, "update", exploding_update)
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "384"))
-    err = capsys.readouterr().err
-    assert len(read_progress(run_dir)) == 3
-    assert err.count("warning:") == 1 and "iteration 1: value_loss = 1e+28: the run is diverging" in err
+    assert "stopped, no checkpoint" in str(exit_info.value.code)
 
 
 # --- Checkpoints across devices (Ready for the GPU) ------------------------------------------------------------------
@@ -210,7 +196,8 @@ def test_resume_across_devices(saved_on, resumed_on, tmp_path):
     """A CPU run resumed on a GPU and a GPU run on a CPU: both go on (the GPU generator starts from the seed)."""
     ppo = load("ppo_ewma")
     run_dir, _ = run_tiny("ppo_ewma", tmp_path, "--save-model", iterations=1, device=saved_on)
-    assert ppo.main(["--resume", run_dir, "--total-timesteps", "256", "--cuda" if resumed_on == "cuda" else "--no-cuda"])
+    assert ppo.main(["--resume", run_dir, "--total-timesteps", "256", "--cuda" if resumed_on == "cuda" else
+                     "--no-cuda"])
     rows = read_progress(run_dir)
     assert [r["iteration"] for r in rows] == ["1", "2"] and np.isfinite(float(rows[1]["policy_loss"]))
 

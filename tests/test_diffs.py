@@ -77,12 +77,19 @@ def test_every_changed_line_is_inside_a_story_definition_or_a_section_banner(pai
 def test_the_appendix_is_identical_in_all_four_scripts():
     appendices = {name: read(f"{name}.py").split(BANNER) for name in SCRIPTS}
     assert all(len(parts) == 2 for parts in appendices.values())
-    assert len({parts[1] for parts in appendices.values()}) == 1
+    banner_line = {name: parts[0].count("\n") + 1 for name, parts in appendices.items()}
+    ref, reference = SCRIPTS[0], appendices[SCRIPTS[0]][1].splitlines()
+    for name in SCRIPTS[1:]:
+        lines = appendices[name][1].splitlines()
+        i = next((i for i, (a, b) in enumerate(zip(reference, lines)) if a != b), min(len(reference), len(lines)))
+        assert lines == reference, (f"the appendices first differ at {ref}.py:{banner_line[ref] + i} and "
+                                    f"{name}.py:{banner_line[name] + i}:\n  {reference[i:i + 1]}\n  {lines[i:i + 1]}")
 
 
 # What the EWMA diffs may remove (the baseline's single old policy, its title, its list of adjustments, the update's
 # signature and call) and add outside the EWMA class (the proximal and behaviour policies, the EWMA, the title).
-REMOVED = re.compile(r"old|recent|behav|^\"\"\"PP[OG]|Batch size-invariance for|python pp[og].py|ADJUSTMENTS|def update|= update\(|"
+REMOVED = re.compile(r"old|recent|behav|^\"\"\"PP[OG]|Batch size-invariance for|python pp[og].py|ADJUSTMENTS|"
+                     r"def update|= update\(|"
                      r"Losses \(PPO|Returns the mean diagnostics")
 ADDED = re.compile(r"prox|ewma|EWMA|behav|recent|^\"\"\"PP[OG]-EWMA|Hilton|import copy|ADJUSTMENTS|Losses \(decoupled|"
                    r"train_pi|policy step|step. Returns the mean diagnostics")
@@ -125,7 +132,7 @@ def test_scripts_import_nothing_from_each_other():
 # The appendix's functions the story calls by a name that says what they do; nothing else of the appendix is needed
 # to understand the algorithm above it.
 MACHINERY_CALLS = {"check_args", "resume_args", "setup", "evaluate_saved_agent", "Run", "average_gradients",
-                   "all_reduce_sum", "say"}
+                   "all_reduce_sum", "say", "cpu_threads"}
 
 
 @pytest.mark.parametrize("name", [f"{s}.py" for s in SCRIPTS])

@@ -12,7 +12,8 @@ build = load("build", os.path.join(ROOT, "docs"))
 
 def test_quoted_hunks_and_pages_are_current():
     """`python docs/build.py --check` regenerates everything in memory and compares with the committed files."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "docs", "build.py"), "--check"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "docs", "build.py"), "--check"],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 

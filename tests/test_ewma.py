@@ -71,8 +71,8 @@ def test_prox_log_probs_come_from_the_ewma_weights_at_each_step(ewma_script, mon
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate)
     B = 32
     batch = {"obs": torch.randint(0, 256, (B, 64, 64, 3), dtype=torch.uint8), "actions": torch.randint(0, 15, (B,)),
-             "advantages": torch.randn(B), "returns": torch.randn(B), "adv_mean": torch.tensor(0.0),
-             "adv_std": torch.tensor(1.0)}
+             "advantages": torch.randn(B), "returns": torch.randn(B), "values": torch.randn(B),
+             "adv_mean": torch.tensor(0.0), "adv_std": torch.tensor(1.0)}
     with torch.no_grad():
         batch["logp_behav"] = module.log_prob(agent.logits(batch["obs"]), batch["actions"])
     seen, thetas = [], [[p.detach().clone() for p in policy.parameters()]]

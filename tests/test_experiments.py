@@ -293,7 +293,7 @@ def test_cpu_sweep_skips_committed_runs_and_commits_finished_ones(tmp_path, caps
 
 
 def test_sweep_resumes_an_unfinished_run_from_its_checkpoint(tmp_path):
-    run = sweep.Run("ppo_ewma", "starpilot", 1, "fig2__ppo_ewma__div16", 512,
+    run = sweep.Job("ppo_ewma", "starpilot", 1, "fig2__ppo_ewma__div16", 512,
                     {"num_envs": 64, "batch_divisor": 16, "update_epochs": 1, "save_model": True})
     fresh = sweep.command(run, str(tmp_path))
     assert sweep.launch_command(run, str(tmp_path)) == fresh
@@ -302,9 +302,9 @@ def test_sweep_resumes_an_unfinished_run_from_its_checkpoint(tmp_path):
     open(os.path.join(folder, sweep.CHECKPOINT), "w").close()
     assert sweep.launch_command(run, str(tmp_path)) == [sys.executable, os.path.join(ROOT, "ppo_ewma.py"), "--resume",
                                                         os.path.abspath(folder), "--total-timesteps", "512"]
-    other = sweep.Run(**{**run.__dict__, "options": {**run.options, "batch_divisor": 4}})
+    other = sweep.Job(**{**run.__dict__, "options": {**run.options, "batch_divisor": 4}})
     assert sweep.find_resumable(other, str(tmp_path)) is None  # same name, another configuration
-    shorter = sweep.Run(**{**run.__dict__, "total_timesteps": 128})
+    shorter = sweep.Job(**{**run.__dict__, "total_timesteps": 128})
     assert sweep.find_resumable(shorter, str(tmp_path)) is None  # a script never shortens a run
     with open(os.path.join(folder, "progress.csv"), "a") as f:
         f.write("2,512,4.0,64.0,2.0,50\n")
@@ -313,7 +313,7 @@ def test_sweep_resumes_an_unfinished_run_from_its_checkpoint(tmp_path):
 
 # --- Resumable sweeps ----------------------------------------------------------------------------------
 def test_finished_runs_are_recognised_and_skipped(tmp_path):
-    run = sweep.Run("ppo", "starpilot", 1, "fig1__ppo__stale0", 512,
+    run = sweep.Job("ppo", "starpilot", 1, "fig1__ppo__stale0", 512,
                     {"distribution_mode": "easy", "num_envs": 4, "num_steps": 32, "staleness": 0, "cuda": False})
     assert not sweep.is_finished(run, str(tmp_path))
     short = write_run(tmp_path, "starpilot", run.exp_name, 1, [1, 2, 3], config={"staleness": 0})
@@ -321,7 +321,7 @@ def test_finished_runs_are_recognised_and_skipped(tmp_path):
     done = write_run(tmp_path / "other", "starpilot", run.exp_name, 1, [1, 2, 3, 4], config={"staleness": 0})
     os.rename(done, os.path.join(str(tmp_path), os.path.basename(done) + "0"))
     assert sweep.find_finished(run, str(tmp_path)).endswith("0") and os.path.isdir(short)
-    hard = sweep.Run(**{**run.__dict__, "options": {**run.options, "distribution_mode": "hard"}})
+    hard = sweep.Job(**{**run.__dict__, "options": {**run.options, "distribution_mode": "hard"}})
     assert not sweep.is_finished(hard, str(tmp_path))  # same name, different configuration
     log = []
     assert sweep.run_all([run, run], str(tmp_path), parallel=2, log=log.append) == []

@@ -37,7 +37,8 @@ def test_gae_matches_definition_with_episode_boundaries(name):
     next_value = torch.randn(N, generator=g, dtype=torch.float64)
     next_first = torch.tensor([True, False, False, True, False])
     adv, returns = compute_gae(rewards, values, firsts, next_value, next_first, 0.99, 0.9)
-    expected = reference_gae(rewards.numpy(), values.numpy(), firsts.numpy(), next_value.numpy(), next_first.numpy(), 0.99, 0.9)
+    expected = reference_gae(rewards.numpy(), values.numpy(), firsts.numpy(), next_value.numpy(),
+                             next_first.numpy(), 0.99, 0.9)
     np.testing.assert_allclose(adv.numpy(), expected, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(returns.numpy(), expected + values.numpy(), rtol=1e-10, atol=1e-10)
 

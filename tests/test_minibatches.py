@@ -77,8 +77,8 @@ def test_update_uses_the_chosen_minibatches(monkeypatch):
     obs = torch.zeros(T * N, 64, 64, 3, dtype=torch.uint8)
     obs[:, 0, 0, 0] = torch.arange(T * N) % 256  # each frame's first pixel names its index (mod 256)
     batch = {"obs": obs, "actions": torch.zeros(T * N, dtype=torch.long), "logp_behav": torch.full((T * N,), -2.7),
-             "advantages": torch.randn(T * N), "returns": torch.randn(T * N), "adv_mean": torch.tensor(0.0),
-             "adv_std": torch.tensor(1.0)}
+             "advantages": torch.randn(T * N), "returns": torch.randn(T * N), "values": torch.randn(T * N),
+             "adv_mean": torch.tensor(0.0), "adv_std": torch.tensor(1.0)}
     batch["logp_old"] = batch["logp_behav"]
     torch.manual_seed(1)
     module.update(Recorder(), torch.optim.Adam(real_agent.parameters()), batch, args)

@@ -1,7 +1,7 @@
 """PPG-specific behaviour of ppg.py and ppg_ewma.py: the aux buffer, the aux phase, the phase schedule,
 PPG-EWMA's reset of the proximal network at the start of every policy phase, and PPG's argument checks."""
-import io
 import math
+import os
 
 import pytest
 import torch
@@ -77,20 +77,17 @@ def test_aux_buffer_add_stores_whole_per_env_trajectories_in_time_order(ppg_scri
     assert buffer.obs.dtype == torch.uint8  # stored as uint8: float32 would not fit in RAM at the defaults
 
 
-def test_a_checkpoint_holds_the_filled_part_of_the_aux_buffer_only(ppg_script, device):
-    """One phase's first rollout of 4 trajectories in a buffer of 64: the saved state is those 4 trajectories (a
-    slice would have saved the buffer's whole storage, 16 times as much), and it loads back into a new buffer."""
-    T, N, n_pi = 32, 4, 16
-    buffer = ppg_script.AuxBuffer(n_pi, N, T, device)
-    _, _, batch = labelled_phase(T, N, seed=3)
-    buffer.add({k: v.to(device) for k, v in batch.items()}, T)
-    saved = io.BytesIO()
-    torch.save(buffer.state_dict(), saved)
-    filled = N * T * (64 * 64 * 3 + 4)  # uint8 frames and float32 returns
-    assert filled < saved.tell() < filled + 10_000, (saved.tell(), filled)
-    restored = ppg_script.AuxBuffer(n_pi, N, T, device)
-    restored.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=True))
-    assert restored.size == N and torch.equal(restored.obs[:N], buffer.obs[:N])
+def test_a_ppg_run_saves_right_after_its_aux_phases_only_and_ends_with_one(ppg_script, tmp_path, monkeypatch):
+    """Checkpoints come when the aux buffer is empty, so they hold no frames (~6.4 GB at the defaults): with N_pi = 2
+    and 3 iterations' worth of steps, the run is rounded up to 4 iterations (2 whole phases) and saves after
+    iterations 2 and 4, never mid-phase, even with --save-interval 1 (one phase)."""
+    saved, real_save = [], ppg_script.Run.save
+    monkeypatch.setattr(ppg_script.Run, "save", lambda run, i: (saved.append(i), real_save(run, i)))
+    run_dir, rows = run_tiny(ppg_script.__name__, tmp_path, "--save-interval", "1", iterations=3)
+    assert [r["iteration"] for r in rows] == ["1", "2", "3", "4"] and saved == [2, 4]
+    assert [r["aux_kl"] != "" for r in rows] == [False, True, False, True]
+    state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert state["iteration"] == 4 and "aux_buffer" not in state
 
 
 # --- aux phase ---------------------------------------------------------------------------------------------
