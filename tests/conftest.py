@@ -14,8 +14,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
 EWMA_SCRIPTS = ("ppo_ewma", "ppg_ewma")
 PPG_SCRIPTS = ("ppg", "ppg_ewma")
-# A run of a few seconds: 4 envs x 32 steps, 2 minibatches of 64; PPG phases of 2 iterations.
-TINY = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--no-cuda"]
+# A run of a second or two: 4 envs x 16 steps (BATCH env steps an iteration), 2 minibatches of 32; PPG phases of 2
+# iterations. Tests give --total-timesteps in iterations: str(3 * BATCH) is 3 iterations.
+BATCH = 64
+TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--no-cuda"]
 # Tests that touch a device run on the CPU, and on the GPU too where there is one: the same suite checks a GPU machine.
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]
@@ -45,7 +47,7 @@ def tiny_argv(name, *extra, device="cpu"):
 def run_tiny(name, tmp_path, *extra, iterations=2, device="cpu"):
     """Run `name`'s main() in-process on the tiny config (on `device`); return (run_dir, progress rows)."""
     module = load(name)
-    steps = 4 * 32 * iterations
+    steps = BATCH * iterations
     argv = tiny_argv(name, "--runs-dir", str(tmp_path), "--total-timesteps", str(steps), *extra, device=device)
     run_dir = module.main(argv)
     return run_dir, read_progress(run_dir)
@@ -83,6 +85,52 @@ class StatelessEnv(gym.vector.VectorEnv):
     def step(self, actions):
         done = np.ones(self.num_envs, dtype=bool)
         return self.frame, (np.asarray(actions) == 3).astype(np.float32), done, ~done, {}
+
+
+class EchoEnv(StatelessEnv):
+    """A stand-in for Procgen that a working agent masters in seconds: each frame shows a white square in one of four
+    corners, and the one-step episode pays 1 for the action with that corner's number (0-3), 0 for the other 14
+    actions: a random policy earns 1/15 on average, a learned one nearly 1."""
+    def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
+        super().__init__(env_id, num_envs, distribution_mode, num_levels, start_level, seed)
+        self.rng = np.random.default_rng(seed)
+        self.shown = self.rng.integers(0, 4, num_envs)
+
+    def draw(self):
+        self.frame = np.zeros((self.num_envs, 64, 64, 3), dtype=np.uint8)
+        for i, corner in enumerate(self.shown):
+            self.frame[i, 32 * (corner // 2):32 * (corner // 2) + 32, 32 * (corner % 2):32 * (corner % 2) + 32] = 255
+        return self.frame
+
+    def reset(self, *, seed=None, options=None):
+        return self.draw(), {}
+
+    def step(self, actions):
+        reward = (np.asarray(actions) == self.shown).astype(np.float32)
+        self.shown = self.rng.integers(0, 4, self.num_envs)
+        done = np.ones(self.num_envs, dtype=bool)
+        return self.draw(), reward, done, ~done, {}
+
+
+class RecordingSGD(torch.optim.SGD):
+    """Plain SGD that keeps, at every step, a copy of the parameters before it and of their gradients (None where a
+    parameter got none), so a test can compare the gradient a script computed with one computed by hand."""
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr)
+        self.before, self.grads = [], []
+
+    def step(self, closure=None):
+        params = [p for group in self.param_groups for p in group["params"]]
+        self.before.append([p.detach().clone() for p in params])
+        self.grads.append([None if p.grad is None else p.grad.detach().clone() for p in params])
+        return super().step(closure)
+
+
+def update_extra(module, agent):
+    """The arguments that follow `args` in module.update: the EWMA of the policy's network in the EWMA scripts."""
+    if not hasattr(module, "EWMA"):
+        return ()
+    return (module.EWMA(agent.policy if hasattr(agent, "policy") else agent, module.parse_args([]).beta_prox),)
 
 
 def assert_same_state(a, b, path="checkpoint"):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (GPU, PPG_SCRIPTS, ROOT, TINY, StatelessEnv, assert_same_state, learning_columns, load,
+from conftest import (BATCH, GPU, PPG_SCRIPTS, ROOT, TINY, StatelessEnv, assert_same_state, learning_columns, load,
                       read_progress, run_tiny, tiny_argv)
 
 
@@ -17,16 +17,18 @@ def checkpoint(run_dir, name="checkpoint.pt"):
     return torch.load(os.path.join(run_dir, name), weights_only=True)
 
 
-def test_resume_equals_an_uninterrupted_run(script, tmp_path, monkeypatch):
+def test_resume_equals_an_uninterrupted_run(ewma_script, tmp_path, monkeypatch):
     """2 iterations + resume to 4 == 4 iterations: every learning column and every saved tensor (networks,
-    EWMA, optimisers, normalisers, staleness FIFO, RNG states; PPG's saved right after its aux phase)."""
+    EWMA, optimisers, normalisers, staleness FIFO, RNG states; PPG's saved right after its aux phase). The EWMA
+    scripts hold every piece of state their baselines hold, and more (the diffs say so), so they stand for all four."""
+    script = ewma_script
     monkeypatch.setattr(script, "ProcgenVecEnv", StatelessEnv)
     name = script.__name__
     extra = ["--staleness", "1", "--save-interval", "1"] + (["--n-pi", "2"] if name in PPG_SCRIPTS else [])
-    full = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "full"), "--total-timesteps", "512", *extra))
-    part = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "part"), "--total-timesteps", "256", *extra))
+    full = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "full"), "--total-timesteps", str(4 * BATCH), *extra))
+    part = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "part"), "--total-timesteps", str(2 * BATCH), *extra))
     assert checkpoint(part)["iteration"] == 2
-    assert script.main(["--resume", part, "--total-timesteps", "512"]) == part
+    assert script.main(["--resume", part, "--total-timesteps", str(4 * BATCH)]) == part
     rows_full, rows_part = read_progress(full), read_progress(part)
     assert [r["iteration"] for r in rows_part] == ["1", "2", "3", "4"]
     assert learning_columns(rows_full) == learning_columns(rows_part)
@@ -34,17 +36,17 @@ def test_resume_equals_an_uninterrupted_run(script, tmp_path, monkeypatch):
     a.pop("time_s"), b.pop("time_s")
     assert_same_state(a, b)
     config = json.load(open(os.path.join(part, "config.json")))
-    assert config["total_timesteps"] == 512 and config["num_iterations"] == 4
+    assert config["total_timesteps"] == 4 * BATCH and config["num_iterations"] == 4
 
 
 def test_resume_on_procgen_keeps_the_past_and_starts_fresh_episodes(tmp_path):
     """With real Procgen the environment cannot be restored: rows up to the checkpoint are kept as they were,
     later rows come from fresh episodes, so every data-dependent column may differ from an uninterrupted run."""
     ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
     before = read_progress(run_dir)
     config_before = json.load(open(os.path.join(run_dir, "config.json")))
-    ppo.main(["--resume", run_dir, "--total-timesteps", "384"])
+    ppo.main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)])
     after = read_progress(run_dir)
     assert after[:2] == before and [r["iteration"] for r in after] == ["1", "2", "3"]
     assert np.isfinite(float(after[2]["policy_loss"]))
@@ -56,12 +58,12 @@ def test_resume_on_procgen_keeps_the_past_and_starts_fresh_episodes(tmp_path):
 def test_a_resumed_run_estimates_its_remaining_time_from_the_whole_run(tmp_path, capsys):
     """The ETA after --resume: time so far (the checkpoint's time_s included) over iterations so far."""
     ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
     state = checkpoint(run_dir)
     state["time_s"] = 7200.0  # 2 iterations took an hour each
     torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
     capsys.readouterr()
-    ppo.main(["--resume", run_dir, "--total-timesteps", "512"])
+    ppo.main(["--resume", run_dir, "--total-timesteps", str(4 * BATCH)])
     out = capsys.readouterr().out
     assert "iter 3/4 |" in out and "eta 0h40m" in out.split("iter 3/4 |")[1].splitlines()[0]  # 7200 s / 3 * 1
 
@@ -89,7 +91,7 @@ def test_sigterm_saves_a_loadable_checkpoint_and_prints_the_resume_command(tmp_p
 def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(tmp_path):
     """Killed (SIGKILL, no clean-up) as soon as the resumed run has started: the history is all still there."""
     ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
     before = open(os.path.join(run_dir, "progress.csv")).read()
     assert len(read_progress(run_dir)) == 2
     cmd = [sys.executable, os.path.join(ROOT, "ppo.py"), "--resume", run_dir, "--total-timesteps", "100000"]
@@ -103,25 +105,37 @@ def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(tmp_path):
 
 
 def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(tmp_path):
-    """torchrun, 2 gloo workers, the stand-in environment: 2 iterations + resume to 4 == 4 iterations, in every
-    learning column and every tensor of both workers' checkpoints (PPG-EWMA: EWMA, FIFO, after an aux phase)."""
-    extra = ["--staleness", "1", "--save-interval", "1", "--n-pi", "2"]
-    full = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "full"),
-                                                   "--total-timesteps", "1024", *extra))
-    part = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "part"),
-                                                   "--total-timesteps", "512", *extra))
-    assert checkpoint(part)["iteration"] == 2
-    torchrun_stand_in("ppg_ewma", ["--resume", part, "--total-timesteps", "1024"])
-    assert [r["global_step"] for r in read_progress(part)] == ["256", "512", "768", "1024"]
+    """torchrun, 2 gloo workers, the stand-in environment: 1 iteration + resume to 2 == 2 iterations, in every
+    learning column and every tensor of both workers' checkpoints (PPG-EWMA with N_pi = 1 and staleness 1: the first
+    iteration only collects, so the checkpoint holds the FIFO's rollout; the second trains, then its aux phase). And
+    the workers' run: one folder (rank 0's), one console, every worker's steps counted, the same learner on both."""
+    extra = ["--staleness", "1", "--save-interval", "1", "--n-pi", "1"]
+    full, out = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "full"),
+                                                        "--total-timesteps", str(4 * BATCH), *extra))
+    part, _ = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "part"),
+                                                      "--total-timesteps", str(2 * BATCH), *extra))
+    assert checkpoint(part)["iteration"] == 1 and len(checkpoint(part)["stale_rollouts"]) == 1
+    torchrun_stand_in("ppg_ewma", ["--resume", part, "--total-timesteps", str(4 * BATCH)])
+    assert [int(r["global_step"]) for r in read_progress(part)] == [2 * BATCH, 4 * BATCH]  # 2 workers
+    assert read_progress(part)[1]["aux_kl"] != ""
     assert learning_columns(read_progress(full)) == learning_columns(read_progress(part))
     for name in ("checkpoint.pt", "checkpoint.rank1.pt"):
         a, b = checkpoint(full, name), checkpoint(part, name)
         a.pop("time_s"), b.pop("time_s")
         assert_same_state(a, b, name)
+    assert len(os.listdir(tmp_path / "full")) == 1 and out.count("iter 1/2 ") == 1
+    config = json.load(open(os.path.join(full, "config.json")))
+    assert config["world_size"] == 2 and config["global_batch_size"] == 2 * BATCH
+    rank0, rank1 = checkpoint(full), checkpoint(full, "checkpoint.rank1.pt")
+    for key in ("agent", "ewma", "optimizer", "aux_optimizer", "adv_moments"):
+        assert_same_state(rank0[key], rank1[key], key)
+    for key in ("mean", "var", "count"):  # reward statistics pooled over both workers' returns
+        assert torch.equal(rank0["reward_normalizer"][key], rank1["reward_normalizer"][key]), key
 
 
 def torchrun_stand_in(script, argv, workers=2):
-    """`torchrun --nproc-per-node 2 tests/stand_in.py SCRIPT ARGV`: the script's main() on the stand-in env."""
+    """`torchrun --nproc-per-node 2 tests/stand_in.py SCRIPT ARGV`: the script's main() on the stand-in env; returns
+    the run folder and the console's output."""
     folder = os.path.dirname(os.path.abspath(__file__))
     first = next(i for i, a in enumerate(argv) if a in ("--runs-dir", "--resume")) + 1
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
@@ -129,10 +143,12 @@ def torchrun_stand_in(script, argv, workers=2):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     parent = argv[first]
-    return parent if "--resume" in argv else os.path.join(parent, os.listdir(parent)[0])
+    return (parent if "--resume" in argv else os.path.join(parent, os.listdir(parent)[0])), proc.stdout
 
 
-def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(script, tmp_path, monkeypatch, capsys):
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
+    """Run.check and Run.save, the same in all four scripts (the appendix): one script stands for all."""
+    script = load("ppo_ewma")
     real_update, calls = script.update, []
 
     def update_that_breaks_on_the_third_call(*args, **kwargs):
@@ -142,7 +158,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(script, tmp_pa
             row["policy_loss"] = float("nan")
         return row
     monkeypatch.setattr(script, "update", update_that_breaks_on_the_third_call)
-    argv = tiny_argv(script.__name__, "--runs-dir", str(tmp_path), "--total-timesteps", "640", "--save-model",
+    argv = tiny_argv(script.__name__, "--runs-dir", str(tmp_path), "--total-timesteps", str(5 * BATCH), "--save-model",
                      "--save-interval", "1")
     with pytest.raises(SystemExit) as exit_info:
         script.main(argv)
@@ -164,7 +180,7 @@ def test_non_finite_parameter_is_named(tmp_path, monkeypatch):
         return row
     monkeypatch.setattr(ppo, "update", update_that_poisons_a_weight)
     with pytest.raises(SystemExit) as exit_info:
-        ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
+        ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
     assert "iteration 1: non-finite parameter v_head.weight" in str(exit_info.value.code)
     assert "stopped, no checkpoint" in str(exit_info.value.code)
 
@@ -186,7 +202,7 @@ def test_a_resume_ignores_a_gpu_generator_it_cannot_use(tmp_path, monkeypatch):
     state = checkpoint(run_dir)
     state["rng"]["cuda"] = torch.randint(0, 256, (16,), dtype=torch.uint8)  # a GPU generator's state, as saved there
     torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
-    assert ppo.main(["--resume", run_dir, "--total-timesteps", "256", "--no-cuda"]) == run_dir
+    assert ppo.main(["--resume", run_dir, "--total-timesteps", str(2 * BATCH), "--no-cuda"]) == run_dir
     assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2"]
 
 
@@ -196,7 +212,7 @@ def test_resume_across_devices(saved_on, resumed_on, tmp_path):
     """A CPU run resumed on a GPU and a GPU run on a CPU: both go on (the GPU generator starts from the seed)."""
     ppo = load("ppo_ewma")
     run_dir, _ = run_tiny("ppo_ewma", tmp_path, "--save-model", iterations=1, device=saved_on)
-    assert ppo.main(["--resume", run_dir, "--total-timesteps", "256", "--cuda" if resumed_on == "cuda" else
+    assert ppo.main(["--resume", run_dir, "--total-timesteps", str(2 * BATCH), "--cuda" if resumed_on == "cuda" else
                      "--no-cuda"])
     rows = read_progress(run_dir)
     assert [r["iteration"] for r in rows] == ["1", "2"] and np.isfinite(float(rows[1]["policy_loss"]))
@@ -215,7 +231,7 @@ def test_after_resume_the_optimiser_state_is_laid_out_as_a_fresh_one(device, tmp
         return real_update(agent, optimizer, *args, **kwargs)
     monkeypatch.setattr(ppo, "update", recording_update)
     run_dir, _ = run_tiny("ppo", tmp_path, "--save-model", iterations=2, device=device)
-    ppo.main(["--resume", run_dir, "--total-timesteps", "384"])
+    ppo.main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)])
     fresh_after_one_step, resumed = layouts[1], layouts[2]
     assert resumed == fresh_after_one_step and len(resumed) == 3 * len(list(ppo.Agent(15).parameters()))
     assert {layout for (_, key), layout in resumed.items() if key == "step"} == {("cpu", torch.float32)}

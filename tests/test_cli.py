@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import EWMA_SCRIPTS, PPG_SCRIPTS, ROOT, SCRIPTS, load, tiny_argv
+from conftest import BATCH, EWMA_SCRIPTS, PPG_SCRIPTS, ROOT, load, tiny_argv
 
 # The checks of the appendix, the same code in all four scripts: each case runs on one script.
 COMMON_BAD = [
@@ -17,7 +17,7 @@ COMMON_BAD = [
     (["--num-envs", "0"], "--num-envs"),
     (["--num-envs", "abc"], "--num-envs"),
     (["--num-steps", "-3"], "--num-steps"),
-    (["--total-timesteps", "0"], "--total-timesteps"),
+    (["--total-timesteps", str(0 * BATCH)], "--total-timesteps"),
     (["--num-minibatches", "7"], "--num-minibatches"),  # divides neither the 64 envs nor 64 x k
     (["--num-minibatches", "7", "--minibatch-by", "step"], "--num-minibatches"),  # nor the 64 x 256 steps
     (["--num-minibatches", "128", "--num-steps", "3"], "--num-minibatches"),  # 2 time chunks of 3 steps
@@ -62,7 +62,7 @@ def test_bad_argument(name, argv, flag, bad_argument):
 def finished_run(tmp_path_factory):
     """A finished 2-iteration ppo_ewma run with a checkpoint."""
     parent = tmp_path_factory.mktemp("finished")
-    return load("ppo_ewma").main(tiny_argv("ppo_ewma", "--runs-dir", str(parent), "--total-timesteps", "256"))
+    return load("ppo_ewma").main(tiny_argv("ppo_ewma", "--runs-dir", str(parent), "--total-timesteps", str(2 * BATCH)))
 
 
 def folder_digest(folder):
@@ -73,11 +73,11 @@ def folder_digest(folder):
 
 
 RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the message must contain)
-    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", "512", "--gamma", "0.9"], "--gamma", "has 0.999"),
-    ("ppo", ["--resume", "RUN", "--total-timesteps", "512"], "--resume", "is a run of ppo_ewma.py, not of this ppo.py"),
+    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--gamma", "0.9"], "--gamma", "has 0.999"),
+    ("ppo", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH)], "--resume", "is a run of ppo_ewma.py, not of this ppo.py"),
     ("ppg", ["--evaluate", "RUN"], "--evaluate", "is a run of ppo_ewma.py, not of this ppg.py"),
     ("ppo_ewma", ["--resume", "RUN/nowhere"], "--resume", "no checkpoint.pt in"),
-    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", "512", "--bf16"], "--bf16", "has False, got True"),
+    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--bf16"], "--bf16", "has False, got True"),
 ]
 
 
@@ -125,7 +125,7 @@ def test_a_runs_dir_with_a_tilde_is_the_home_folder(tmp_path, monkeypatch):
     """`--runs-dir=~/runs` reaches the script with its `~` (the shell expands only a word that starts with it)."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    run_dir = load("ppo").main(tiny_argv("ppo", "--runs-dir=~/runs", "--total-timesteps", "128"))
+    run_dir = load("ppo").main(tiny_argv("ppo", "--runs-dir=~/runs", "--total-timesteps", str(BATCH)))
     assert os.path.dirname(run_dir) == str(tmp_path / "home" / "runs")
     assert sorted(os.listdir(tmp_path)) == ["home"]  # no folder named ~
 
@@ -136,8 +136,8 @@ def test_resume_takes_the_saved_config_and_only_safe_changes(finished_run, tmp_p
     import shutil
     ppo_ewma = load("ppo_ewma")
     run_dir = str(shutil.copytree(finished_run, tmp_path / "copy"))
-    args = ppo_ewma.parse_args(["--resume", run_dir, "--total-timesteps", "512", "--num-envs", "4", "--gamma",
+    args = ppo_ewma.parse_args(["--resume", run_dir, "--total-timesteps", str(4 * BATCH), "--num-envs", "4", "--gamma",
                                 "0.999", "--micro-batch-size", "16"])
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert args.num_envs == config["num_envs"] == 4 and args.learning_rate == config["learning_rate"]
-    assert args.total_timesteps == 512 and args.micro_batch_size == 16 and args.resume == run_dir
+    assert args.total_timesteps == 4 * BATCH and args.micro_batch_size == 16 and args.resume == run_dir

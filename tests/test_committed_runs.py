@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, load
-from synthetic_runs import analysis, figures, load_experiment, sweep, write_run
+from synthetic_runs import figures, load_experiment, sweep, write_run
 
 COMMITTED = os.path.join(ROOT, "docs", "runs")
 learning_curve = load_experiment("learning_curve")

@@ -6,6 +6,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -170,6 +171,37 @@ def test_advantage_moments_follow_the_size_weighted_ewma_recursion(script):
     assert float(std) != pytest.approx(xs.std(), rel=1e-3)  # the history matters with decay > 0
 
 
+@pytest.mark.parametrize("decay", [0.0, 0.8])
+def test_make_batch_normalises_the_advantages_with_the_moments(script, decay):
+    """The batch's advantages are (A - mean) / (std + 1e-8), A from GAE (its definition, test_gae.py) and the moments
+    those of this batch (decay 0: then mean 0 and std 1 exactly) or the size-weighted EWMA of the batches so far."""
+    from test_gae import reference_gae
+    T, N = 8, 3
+    args = script.parse_args(["--num-envs", str(N), "--num-steps", str(T), "--num-minibatches", "1", "--no-cuda",
+                              "--adv-ewma-decay", str(decay)])
+    agent, moments, g = script.Agent(15), script.AdvantageMoments(decay), torch.Generator().manual_seed(2)
+    weight = total = total_sq = 0.0
+    for k, (loc, scale) in enumerate([(3.0, 2.0), (-1.0, 0.5)]):  # two batches unlike each other
+        rollout = script.new_rollout(T, N, "cpu")
+        rollout["rewards"] = torch.randn((T, N), generator=g) * scale + loc
+        rollout["values"] = torch.randn((T, N), generator=g)
+        rollout["firsts"] = torch.rand((T, N), generator=g) < 0.2
+        rollout["next_obs"], rollout["next_first"] = rollout["obs"][-1], torch.ones(N, dtype=torch.bool)  # no bootstrap
+        batch = script.make_batch(rollout, agent, moments, args)
+        adv = reference_gae(rollout["rewards"].double().numpy(), rollout["values"].double().numpy(),
+                            rollout["firsts"].numpy(), np.zeros(N), np.ones(N, dtype=bool), args.gamma, args.gae_lambda)
+        weight, total, total_sq = decay * weight + adv.size, decay * total + adv.sum(), decay * total_sq + (adv ** 2).sum()
+        mean = total / weight
+        std = math.sqrt(total_sq / weight - mean ** 2)
+        expected = torch.from_numpy((adv - mean) / (std + 1e-8)).flatten().float()
+        torch.testing.assert_close(batch["advantages"], expected, rtol=1e-4, atol=1e-5)
+        if decay == 0:
+            assert abs(float(batch["advantages"].mean())) < 1e-5
+            assert float(batch["advantages"].std(unbiased=False)) == pytest.approx(1, abs=1e-4)
+        elif k == 1:  # the first batch's statistics still count: not this batch's alone
+            assert abs(float(batch["advantages"].mean())) > 0.1
+
+
 # --- KL-penalty objective (eq. 8 and its decoupled form) ----------------------------------------------------------
 def kl_case(seed=0, n=12):
     g = torch.Generator().manual_seed(seed)
@@ -313,10 +345,11 @@ def test_prox_recent_is_the_current_policy(name):
 
 
 # --- Tiny real runs of the flags ---------------------------------------------------------------------------------
-def test_tiny_runs_with_kl_penalty_no_clipping_staleness_and_recent_policy(script, tmp_path):
-    """--kl-penalty 0.5 --clip-coef 0 --staleness 1 in all four scripts, with --prox recent (EWMA scripts) or
-    --old-policy recent (ppo, ppg), and --adv-ewma-decay 0.9 in ppo.py: each completes with finite losses."""
-    name, iterations = script.__name__, 4  # PPG: two whole phases of 2 iterations
+@pytest.mark.parametrize("name", ["ppo", "ppg_ewma"])
+def test_tiny_runs_with_kl_penalty_no_clipping_staleness_and_recent_policy(name, tmp_path):
+    """--kl-penalty 0.5 --clip-coef 0 --staleness 1, with --old-policy recent (ppo) or --prox recent (ppg_ewma), and
+    --adv-ewma-decay 0.9 in ppo.py: the run records them, clips nothing, and moves away from the recent policy."""
+    iterations = 4  # PPG: two whole phases of 2 iterations
     extra = ["--kl-penalty", "0.5", "--clip-coef", "0", "--staleness", "1"]
     extra += ["--prox", "recent"] if name in EWMA_SCRIPTS else ["--old-policy", "recent"]
     extra += ["--adv-ewma-decay", "0.9"] if name == "ppo" else []
@@ -332,4 +365,5 @@ def test_tiny_runs_with_kl_penalty_no_clipping_staleness_and_recent_policy(scrip
     for r in rows[1:]:
         for column in ("policy_loss", "value_loss", "entropy", "approx_kl", "adv_mean", "adv_std"):
             assert r[column] != "" and math.isfinite(float(r[column])), (r["iteration"], column)
-        assert float(r["approx_kl"]) >= 0 and float(r["adv_std"]) > 0
+        assert float(r["clipfrac"]) == 0  # --clip-coef 0: nothing is clipped
+        assert float(r["approx_kl"]) > 0 and float(r["adv_std"]) > 0  # the policy moved away from the recent one

@@ -8,7 +8,7 @@ from conftest import load, tiny_argv
 
 def epoch(name, *flags, seed=0):
     module = load(name)
-    args = module.parse_args(tiny_argv(name, *flags))
+    args = module.parse_args(tiny_argv(name, "--num-steps", "32", *flags))  # 32 steps, whatever the tiny config
     torch.manual_seed(seed)
     return args, [mb.tolist() for mb in module.minibatches(args, torch.device("cpu"))]
 
@@ -21,8 +21,8 @@ def as_steps_and_envs(mb, num_envs):
 @pytest.mark.parametrize("by", ["env", "step"])
 def test_every_step_once_per_epoch_in_equal_minibatches(name, by):
     args, mbs = epoch(name, "--num-envs", "8", "--num-minibatches", "4", "--minibatch-by", by)
-    assert len(mbs) == 4 and {len(mb) for mb in mbs} == {8 * 32 // 4}
-    assert sorted(i for mb in mbs for i in mb) == list(range(8 * 32))
+    assert len(mbs) == 4 and {len(mb) for mb in mbs} == {8 * args.num_steps // 4}
+    assert sorted(i for mb in mbs for i in mb) == list(range(8 * args.num_steps))
 
 
 def test_by_env_minibatches_are_whole_trajectories():
@@ -31,7 +31,7 @@ def test_by_env_minibatches_are_whole_trajectories():
     for mb in mbs:
         pairs = as_steps_and_envs(mb, 8)
         envs = sorted({n for _, n in pairs})
-        assert len(envs) == 2 and sorted(pairs) == sorted((t, n) for t in range(32) for n in envs)
+        assert len(envs) == 2 and sorted(pairs) == sorted((t, n) for t in range(args.num_steps) for n in envs)
         envs_seen += envs
     assert sorted(envs_seen) == list(range(8))
     orders = {tuple(sorted({n for _, n in as_steps_and_envs(epoch("ppo", "--num-envs", "8", "--num-minibatches", "4",

@@ -1,10 +1,12 @@
-"""The policy losses: PPO's clipped objective and the decoupled objectives of Section 2."""
+"""The losses: PPO's clipped objective, the decoupled objectives of Section 2, the value loss, and the whole loss
+whose gradient update() steps on."""
+import copy
 import math
 
 import pytest
 import torch
 
-from conftest import load
+from conftest import SCRIPTS, RecordingSGD, load, update_extra
 
 
 def sample(n=64, seed=0, spread=0.3):
@@ -135,3 +137,89 @@ def test_decoupled_cap_on_stale_data_by_hand():
                                                logp, logp_behav, adv, 0.2, 100.0)
     torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-12, atol=1e-12)
+
+
+# --- The value loss and the whole loss of update() ---------------------------------------------------------------
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_value_loss_by_hand_with_and_without_clipping(name):
+    """MSE with no 0.5 (the official code); with clipping (CleanRL), the larger of the error and the error of the value
+    held within 0.2 of the collected value, whose gradient is 0 where the clipped branch is the larger."""
+    value = torch.tensor([1.0, 0.0, 2.0], dtype=torch.float64, requires_grad=True)
+    returns, collected = torch.zeros(3, dtype=torch.float64), torch.tensor([0.5, 0.5, 2.5], dtype=torch.float64)
+    value_loss = load(name).value_loss
+    assert value_loss(value, returns, collected, 0).item() == pytest.approx(5 / 3)
+    loss = value_loss(value, returns, collected, 0.2)
+    loss.backward()
+    # (1 - 0)^2 beats (0.7 - 0)^2; (0 - 0)^2 loses to (0.3 - 0)^2; (2 - 0)^2 loses to (2.3 - 0)^2
+    assert loss.item() == pytest.approx((1 + 0.09 + 5.29) / 3)
+    torch.testing.assert_close(value.grad, torch.tensor([2 / 3, 0.0, 0.0], dtype=torch.float64))
+
+
+def one_step_case(module, clip_vloss=False, max_grad_norm=0.0, seed=0):
+    """An agent, args for one optimiser step over one minibatch holding the whole batch (prox = behav = theta, so no
+    clip binds), a batch with distinct advantages, returns and collected values, and coefficients far from 1."""
+    torch.manual_seed(seed)
+    agent = module.Agent(15)
+    flags = ["--num-envs", "4", "--num-steps", "8", "--num-minibatches", "1", "--no-cuda", "--micro-batch-size", "0",
+             "--ent-coef", "0.3", "--vf-coef", "0.7", "--max-grad-norm", str(max_grad_norm)]
+    flags += ["--e-pi", "1", "--e-v", "1"] if hasattr(module, "aux_phase") else ["--update-epochs", "1"]
+    args = module.parse_args(flags + (["--clip-vloss"] if clip_vloss else []))
+    args.micro_batch_size = 0
+    b = 32
+    batch = {"obs": torch.randint(0, 256, (b, 64, 64, 3), dtype=torch.uint8), "actions": torch.randint(0, 15, (b,)),
+             "advantages": torch.randn(b), "returns": torch.randn(b), "values": torch.randn(b),
+             "adv_mean": torch.tensor(0.0), "adv_std": torch.tensor(1.0)}
+    with torch.no_grad():
+        batch["logp_behav"] = batch["logp_old"] = module.log_prob(agent.logits(batch["obs"]), batch["actions"])
+    return agent, args, batch
+
+
+def hand_loss(agent, batch, ent_coef, vf_coef, clip_vloss):
+    """PPO's loss written out at r = 1: -A pi/pi_behav - ent_coef H + vf_coef MSE (clipped around the collected value
+    at 0.2 with clip_vloss), as a function of the agent's parameters."""
+    logits, value = agent(batch["obs"])
+    logp_all = torch.log_softmax(logits, -1)
+    logp = logp_all.gather(-1, batch["actions"][:, None]).squeeze(-1)
+    policy = -(batch["advantages"] * torch.exp(logp - batch["logp_behav"])).mean()
+    entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+    error = (value - batch["returns"]) ** 2
+    if clip_vloss:
+        held = batch["values"] + (value - batch["values"]).clamp(-0.2, 0.2)
+        error = torch.maximum(error, (held - batch["returns"]) ** 2)
+    return policy - ent_coef * entropy + vf_coef * error.mean()
+
+
+@pytest.mark.parametrize("clip_vloss", [False, True])
+def test_update_steps_on_the_gradient_of_the_whole_loss(script, clip_vloss):
+    """The gradient update() hands the optimiser is that of policy loss - ent_coef entropy + vf_coef value loss: the
+    entropy is a bonus (its sign), and each coefficient is used; in PPG the value network's loss is in the same sum."""
+    agent, args, batch = one_step_case(script, clip_vloss)
+    optimizer = RecordingSGD(agent.parameters())
+    script.update(agent, optimizer, batch, args, *update_extra(script, agent))
+    assert len(optimizer.grads) == 1
+    agent_at_step = copy.deepcopy(agent)
+    for p, before in zip(agent_at_step.parameters(), optimizer.before[0]):
+        p.data.copy_(before)
+    expected = torch.autograd.grad(hand_loss(agent_at_step, batch, 0.3, 0.7, clip_vloss),
+                                   list(agent_at_step.parameters()), allow_unused=True)
+    for name, got, want in zip([n for n, _ in agent.named_parameters()], optimizer.grads[0], expected):
+        if want is None:  # PPG's auxiliary value head: only the aux phase trains it
+            assert got is None or not got.any(), name
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_max_grad_norm_scales_the_gradient_to_that_norm(script):
+    """--max-grad-norm: the step's gradient is the whole loss's gradient scaled to that global norm."""
+    agent, args, batch = one_step_case(script)
+    twin = copy.deepcopy(agent)
+    plain = RecordingSGD(twin.parameters())
+    script.update(twin, plain, batch, args, *update_extra(script, twin))
+    args.max_grad_norm = 0.01
+    clipped = RecordingSGD(agent.parameters())
+    script.update(agent, clipped, batch, args, *update_extra(script, agent))
+    norm = torch.cat([g.flatten() for g in plain.grads[0] if g is not None]).norm()
+    assert float(norm) > 0.01
+    for g_plain, g_clipped in zip(plain.grads[0], clipped.grads[0]):
+        if g_plain is not None:
+            torch.testing.assert_close(g_clipped, g_plain * 0.01 / norm, rtol=1e-4, atol=1e-9)

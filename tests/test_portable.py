@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, SCRIPTS, read_progress, tiny_argv
+from conftest import BATCH, ROOT, SCRIPTS, read_progress, tiny_argv
 
 UNIX_ONLY = ("fcntl", "resource", "termios", "pwd", "grp")
 
@@ -31,6 +31,6 @@ def test_each_script_imports_without_unix_only_modules(name, monkeypatch):
 
 def test_a_tiny_run_trains_where_sched_getaffinity_is_missing(tmp_path, monkeypatch):
     module = import_as_elsewhere("ppo_ewma", monkeypatch)
-    run_dir = module.main(tiny_argv("ppo_ewma", "--runs-dir", str(tmp_path), "--total-timesteps", "256"))
+    run_dir = module.main(tiny_argv("ppo_ewma", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
     assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2"]
     assert os.path.isfile(os.path.join(run_dir, "checkpoint.pt"))

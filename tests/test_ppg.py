@@ -1,12 +1,14 @@
 """PPG-specific behaviour of ppg.py and ppg_ewma.py: the aux buffer, the aux phase, the phase schedule,
 PPG-EWMA's reset of the proximal network at the start of every policy phase, and PPG's argument checks."""
+import copy
 import math
 import os
 
 import pytest
 import torch
 
-from conftest import load, run_tiny, tiny_argv
+from conftest import BATCH, RecordingSGD, load, run_tiny, tiny_argv, update_extra
+from test_objectives import one_step_case
 
 NUM_ACTIONS = 15
 AUX_COLUMNS = ("aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s")
@@ -77,15 +79,20 @@ def test_aux_buffer_add_stores_whole_per_env_trajectories_in_time_order(ppg_scri
     assert buffer.obs.dtype == torch.uint8  # stored as uint8: float32 would not fit in RAM at the defaults
 
 
-def test_a_ppg_run_saves_right_after_its_aux_phases_only_and_ends_with_one(ppg_script, tmp_path, monkeypatch):
+def test_a_ppg_run_saves_right_after_its_aux_phases_only_and_ends_with_one(tmp_path, monkeypatch):
     """Checkpoints come when the aux buffer is empty, so they hold no frames (~6.4 GB at the defaults): with N_pi = 2
     and 3 iterations' worth of steps, the run is rounded up to 4 iterations (2 whole phases) and saves after
-    iterations 2 and 4, never mid-phase, even with --save-interval 1 (one phase)."""
+    iterations 2 and 4, never mid-phase, even with --save-interval 1 (one phase). main()'s lines that say so are
+    the same in both PPG scripts."""
+    ppg_script = load("ppg_ewma")
     saved, real_save = [], ppg_script.Run.save
     monkeypatch.setattr(ppg_script.Run, "save", lambda run, i: (saved.append(i), real_save(run, i)))
     run_dir, rows = run_tiny(ppg_script.__name__, tmp_path, "--save-interval", "1", iterations=3)
     assert [r["iteration"] for r in rows] == ["1", "2", "3", "4"] and saved == [2, 4]
-    assert [r["aux_kl"] != "" for r in rows] == [False, True, False, True]
+    for r in rows:  # aux columns on the rows that end a phase, empty on the others
+        assert math.isfinite(float(r["policy_loss"])) and math.isfinite(float(r["value_loss"]))
+        for c in AUX_COLUMNS:
+            assert (r[c] != "" and math.isfinite(float(r[c]))) if r["iteration"] in ("2", "4") else r[c] == "", (r, c)
     state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert state["iteration"] == 4 and "aux_buffer" not in state
 
@@ -154,16 +161,56 @@ def test_aux_phase_with_zero_step_size_has_zero_kl_and_hand_computed_value_losse
     assert logged["aux_true_value_loss"] == pytest.approx(0.5 * float(((value - returns) ** 2).mean()), rel=1e-5)
 
 
-def test_aux_kl_is_zero_before_the_first_aux_step(ppg_script):
-    """One epoch of one minibatch holding every trajectory: the logged KL is the one measured before the only
-    optimiser step, so it is 0 (pi = pi_old) even with a real step size; the step itself does move the policy."""
+def test_aux_phase_steps_on_the_gradient_of_its_loss_by_hand(ppg_script):
+    """Two epochs of one minibatch holding every trajectory, so at the second step pi has moved away from pi_old: the
+    gradient is that of 0.5 MSE(aux value) + beta_clone KL[pi_old || pi] + 0.5 MSE(value), with pi_old the policy
+    before the phase. A slip in the KL's direction, beta_clone or either value head gives another gradient."""
     T, N, n_pi = 8, 4, 2
-    args, agent, buffer = aux_setup(ppg_script, T, N, n_pi, e_aux=1, aux_minibatch_trajs=n_pi * N, micro_batch_size=0)
-    policy_before = [p.detach().clone() for p in agent.policy.parameters()]
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate, eps=1e-8)
-    logged = ppg_script.aux_phase(agent, optimizer, buffer, args)
-    assert abs(logged["aux_kl"]) < 1e-6
-    assert not all(torch.equal(p, q) for p, q in zip(agent.policy.parameters(), policy_before))
+    args, agent, buffer = aux_setup(ppg_script, T, N, n_pi, e_aux=2, aux_minibatch_trajs=n_pi * N, micro_batch_size=0,
+                                    beta_clone=2.5)
+    old = copy.deepcopy(agent)
+    optimizer = RecordingSGD(agent.parameters(), lr=0.5)
+    ppg_script.aux_phase(agent, optimizer, buffer, args, log=lambda *a: None)
+    assert len(optimizer.grads) == 2
+    at_step = copy.deepcopy(agent)
+    for p, before in zip(at_step.parameters(), optimizer.before[1]):
+        p.data.copy_(before)
+    obs, returns = buffer.obs[:buffer.size].flatten(0, 1), buffer.returns[:buffer.size].flatten()
+    with torch.no_grad():
+        p_old = torch.softmax(old.logits(obs), -1)
+    logits, aux_value = at_step.policy(obs)
+    kl = (p_old * (p_old.log() - torch.log_softmax(logits, -1))).sum(-1).mean()
+    assert kl.item() > 1e-4  # the first step moved the policy
+    loss = (0.5 * ((aux_value - returns) ** 2).mean() + 2.5 * kl
+            + 0.5 * ((at_step.value(obs).squeeze(-1) - returns) ** 2).mean())
+    expected = torch.autograd.grad(loss, list(at_step.parameters()))
+    for (name, _), got, want in zip(agent.named_parameters(), optimizer.grads[1], expected):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_value_only_epochs_leave_the_policy_and_its_ewma_alone(ppg_script):
+    """--e-v 3 --e-pi 1, 2 minibatches: 6 optimiser steps, the first 2 with the policy's gradient, the last 4 with the
+    value network's only; PPG-EWMA's EWMA counts the 2 policy steps (w = 1 + beta + beta^2 over theta_0..theta_2)."""
+    agent, args, batch = one_step_case(ppg_script)
+    args.e_v, args.num_minibatches = 3, 2
+    extra = update_extra(ppg_script, agent)
+    optimizer = RecordingSGD(agent.parameters())
+    policy_names = {n for n, _ in agent.named_parameters() if n.startswith("policy.")}
+    ppg_script.update(agent, optimizer, batch, args, *extra)
+    assert len(optimizer.grads) == 6
+    for k, grads in enumerate(optimizer.grads):
+        got_grad = {n for (n, _), g in zip(agent.named_parameters(), grads) if g is not None and g.any()}
+        assert got_grad & policy_names if k < 2 else not got_grad & policy_names, k
+        assert got_grad - policy_names, k  # the value network trains in every epoch
+    if extra:
+        ewma, beta = extra[0], args.beta_prox
+        assert ewma.w == pytest.approx(1 + beta + beta ** 2)
+        names = [n for n, _ in agent.named_parameters()]
+        thetas = [[dict(zip(names, before))[f"policy.{n}"] for n, _ in agent.policy.named_parameters()]
+                  for before in optimizer.before[:2]] + [[p.detach() for p in agent.policy.parameters()]]
+        for i, prox in enumerate(ewma.net.parameters()):
+            expected = (beta ** 2 * thetas[0][i] + beta * thetas[1][i] + thetas[2][i]) / (1 + beta + beta ** 2)
+            torch.testing.assert_close(prox, expected, rtol=1e-5, atol=1e-7)
 
 
 def test_aux_phase_losses_are_finite_and_kl_grows_after_the_first_step(ppg_script):
@@ -194,22 +241,6 @@ def test_aux_phase_keeps_its_minibatch_and_step_size_under_batch_divisor(ppg_scr
     per_epoch = lambda a: math.ceil(a.n_pi * a.num_envs / a.aux_minibatch_trajs)  # noqa: E731
     assert per_epoch(default) == 16 * default.n_pi
     assert per_epoch(divided) == per_epoch(default)
-
-
-# --- phase schedule on a real (tiny) run -------------------------------------------------------------------
-def test_tiny_run_alternates_two_policy_phases_with_aux_phases(ppg_script, tmp_path):
-    _, rows = run_tiny(ppg_script.__name__, tmp_path, iterations=4)  # n_pi = 2: aux after iterations 2 and 4
-    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
-    for r in rows:
-        assert math.isfinite(float(r["policy_loss"])) and math.isfinite(float(r["value_loss"]))
-        if int(r["iteration"]) % 2 == 0:
-            for c in AUX_COLUMNS:
-                assert r[c] != "" and math.isfinite(float(r[c])), (r["iteration"], c)
-            assert float(r["aux_kl"]) >= 0 and float(r["aux_time_s"]) > 0
-        else:
-            for c in AUX_COLUMNS:
-                assert r[c] == "", (r["iteration"], c)
-    assert int(rows[-1]["global_step"]) == 4 * 32 * 4  # == --total-timesteps of run_tiny
 
 
 # --- PPG-EWMA: the EWMA is reset at the start of every policy phase, untouched by the aux phase ------------------
@@ -273,6 +304,6 @@ def test_under_staleness_the_first_iterations_count_toward_the_run_and_the_phase
     _, rows = run_tiny("ppg", tmp_path, "--staleness", "1", iterations=4)
     assert [r["policy_loss"] == "" for r in rows] == [True, False, False, False]
     assert [r["aux_kl"] != "" for r in rows] == [False, True, False, True]
-    assert int(rows[-1]["global_step"]) == 4 * 32 * 4
+    assert int(rows[-1]["global_step"]) == 4 * BATCH
     out = capsys.readouterr().out
     assert "aux epoch 1/1 over 4 trajectories" in out and "aux epoch 1/1 over 8 trajectories" in out

@@ -1,6 +1,12 @@
-"""Reward normalisation as in the official code: running std of a gamma-0.99 discounted return, clip 10."""
+"""Reward normalisation: the running std of a discounted return (gamma 0.99 in the official code, the agent's in
+CleanRL: --norm-reward-gamma), clip 10."""
+import os
+
 import numpy as np
+import pytest
 import torch
+
+from conftest import load, run_tiny
 
 
 def test_reward_normalizer_matches_running_return_statistics(script):
@@ -31,3 +37,29 @@ def test_reward_normalizer_clips_to_ten(script):
     norm(torch.randn(10000, 1) * 0.01, firsts)  # running std ~0.01, barely moved by two outliers
     out = norm(torch.tensor([[1.0], [-1.0]]), firsts[:2])  # ~100 std away once normalised
     assert out.flatten().tolist() == [10.0, -10.0]
+
+
+def test_reward_normalizer_uses_its_discount(script):
+    """--norm-reward-gamma: the return whose std scales the rewards is discounted at that rate (0.999, CleanRL's)."""
+    norm = script.RewardNormalizer(1, gamma=0.999)
+    rewards, firsts = torch.ones(4, 1), torch.zeros(4, 1, dtype=torch.bool)
+    norm(rewards, firsts)
+    assert float(norm.ret) == pytest.approx(1 + 0.999 + 0.999 ** 2 + 0.999 ** 3)
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppg_ewma"])
+def test_the_reward_discount_and_adams_epsilon_reach_the_learner(name, tmp_path, monkeypatch):
+    """main() builds the normaliser with --norm-reward-gamma and Adam with --adam-eps (both optimisers in PPG)."""
+    script, made = load(name), []
+
+    class Recorded(script.RewardNormalizer):
+        def __init__(self, num_envs, gamma=0.99, *rest):
+            made.append(gamma)
+            super().__init__(num_envs, gamma, *rest)
+    monkeypatch.setattr(script, "RewardNormalizer", Recorded)
+    run_dir, _ = run_tiny(script.__name__, tmp_path, "--norm-reward-gamma", "0.9", "--adam-eps", "0.001",
+                          iterations=2)
+    state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert made == [0.9]
+    optimizers = [k for k in state if k.endswith("optimizer")]
+    assert optimizers and all(g["eps"] == 0.001 for k in optimizers for g in state[k]["param_groups"])

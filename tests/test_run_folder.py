@@ -8,12 +8,12 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, load, read_progress, tiny_argv
+from conftest import BATCH, ROOT, load, read_progress, tiny_argv
 
 
 def finished_run(parent, *extra):
     """A finished 2-iteration ppo run with a checkpoint after each iteration."""
-    return load("ppo").main(tiny_argv("ppo", "--runs-dir", str(parent), "--total-timesteps", "256",
+    return load("ppo").main(tiny_argv("ppo", "--runs-dir", str(parent), "--total-timesteps", str(2 * BATCH),
                                       "--save-interval", "1", *extra))
 
 
@@ -27,11 +27,11 @@ def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_the_rows_and_
     checkpoint = open(os.path.join(run_dir, "checkpoint.pt"), "rb").read()
     os.symlink("/dev/full", os.path.join(run_dir, "checkpoint.pt.tmp"))
     with pytest.raises(RuntimeError):  # torch.save's writer: "unexpected pos"
-        ppo.main(["--resume", run_dir, "--total-timesteps", "384"])
+        ppo.main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)])
     assert not os.path.lexists(os.path.join(run_dir, "checkpoint.pt.tmp"))
     assert open(os.path.join(run_dir, "checkpoint.pt"), "rb").read() == checkpoint
     assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2", "3"]  # iteration 3's row was written
-    assert ppo.main(["--resume", run_dir, "--total-timesteps", "384"]) == run_dir  # the disk has room again
+    assert ppo.main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)]) == run_dir  # the disk has room again
     assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2", "3"]  # row 3 once: it ran again
 
 
@@ -41,7 +41,7 @@ def test_a_damaged_checkpoint_on_resume_names_the_file_and_the_way_out(tmp_path,
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) // 2)  # a checkpoint cut short
     with pytest.raises(SystemExit) as exit_info:
-        load("ppo").main(["--resume", run_dir, "--total-timesteps", "384"])
+        load("ppo").main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)])
     message = str(exit_info.value.code)  # sys.exit(message): exit code 1, one line on stderr
     assert message.startswith(f"ppo.py: error: cannot read {path}") and message.endswith("or start a new run")
     assert "\n" not in message

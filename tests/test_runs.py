@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from conftest import LEARNING_COLUMNS, PPG_SCRIPTS, run_dirs, run_tiny
+from conftest import BATCH, LEARNING_COLUMNS, PPG_SCRIPTS, load, run_dirs, run_tiny, tiny_argv
 
 
 def test_tiny_run_writes_config_and_progress(script, device, tmp_path, capsys):
@@ -13,24 +13,25 @@ def test_tiny_run_writes_config_and_progress(script, device, tmp_path, capsys):
     run_dir, rows = run_tiny(name, tmp_path, "--exp-name", "tiny", iterations=2, device=device)
     assert run_dirs(tmp_path) == [run_dir] and os.path.basename(run_dir).startswith("starpilot__tiny__1__")
     config = json.load(open(os.path.join(run_dir, "config.json")))
-    assert config["num_envs"] == 4 and config["batch_size"] == 128 and config["num_iterations"] == 2
+    assert config["num_envs"] == 4 and config["batch_size"] == BATCH and config["num_iterations"] == 2
     assert torch.device(config["device"]).type == device.type and config["versions"]["torch"]
     columns = set(rows[0])
     assert set(LEARNING_COLUMNS + ["time_s", "sps"]) <= columns
     assert "imp_samp_capfrac" in columns  # the importance-weight cap is in every script (Appendix B)
     assert ({"aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"} <= columns) == (name in PPG_SCRIPTS)
-    assert [int(r["global_step"]) for r in rows] == [128, 256]
+    assert [int(r["global_step"]) for r in rows] == [BATCH, 2 * BATCH]
     assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "config.json", "progress.csv"]  # saved by default
     for row in rows:
         for col in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_std", "sps"):
             assert math.isfinite(float(row[col]))
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"tiny on starpilot (easy), {config['device']}: 4 envs x 32 steps")
-    assert out[1].startswith("iter 1/2 | step 128 | return") and "sps" in out[1] and "eta" in out[1]
+    assert out[0].startswith(f"tiny on starpilot (easy), {config['device']}: 4 envs x 16 steps")
+    assert out[1].startswith(f"iter 1/2 | step {BATCH} | return") and "sps" in out[1] and "eta" in out[1]
 
 
-def test_same_seed_same_metrics_different_seed_different(script, tmp_path):
-    name = script.__name__
+def test_same_seed_same_metrics_different_seed_different(tmp_path):
+    """PPG-EWMA draws from the generator wherever its siblings do (sampling, minibatches, aux minibatches), and more."""
+    name = "ppg_ewma"
     runs = [run_tiny(name, tmp_path / str(i), "--seed", seed, iterations=2)[1] for i, seed in enumerate("772")]
     learning = [[{c: r[c] for c in LEARNING_COLUMNS} for r in rows] for rows in runs]
     assert learning[0] == learning[1]
@@ -41,7 +42,6 @@ def test_total_timesteps_is_never_cut_short(tmp_path):
     """A total that is not a whole number of iterations runs the last, partial, iteration in full."""
     run_dir, rows = run_tiny("ppo", tmp_path, iterations=1)
     assert len(rows) == 1
-    from conftest import load, tiny_argv
-    run_dir = load("ppo").main(tiny_argv("ppo", "--runs-dir", str(tmp_path / "b"), "--total-timesteps", "200"))
+    run_dir = load("ppo").main(tiny_argv("ppo", "--runs-dir", str(tmp_path / "b"), "--total-timesteps", str(BATCH + 36)))
     config = json.load(open(os.path.join(run_dir, "config.json")))
-    assert config["num_iterations"] == 2  # 200 steps = 1.56 iterations of 128
+    assert config["num_iterations"] == 2  # 1.56 iterations

@@ -1,54 +1,13 @@
-"""Many workers with torchrun (CPU, gloo, 2 processes): the same networks everywhere, statistics over all data."""
-import json
+"""Many workers (CPU, gloo, 2 processes): statistics over all workers' data, and resume with the workers a run had.
+A whole 2-worker run under torchrun: test_checkpoint.py's two-worker resume."""
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conftest import ROOT, load, read_progress, run_dirs, tiny_argv
-
-
-def torchrun(script, tmp_path, *extra, workers=2):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
-           os.path.join(ROOT, f"{script}.py"), *tiny_argv(script, "--runs-dir", str(tmp_path), *extra)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
-@pytest.mark.parametrize("script", ["ppo_ewma", "ppg_ewma"])
-def test_two_workers_hold_identical_networks_and_ewma_and_count_all_steps(script, tmp_path):
-    proc = torchrun(script, tmp_path, "--total-timesteps", "512", "--save-model")
-    assert len(run_dirs(tmp_path)) == 1  # only rank 0 writes the run folder
-    run_dir = run_dirs(tmp_path)[0]
-    rank0, rank1 = (torch.load(os.path.join(run_dir, name), weights_only=True)
-                    for name in ("checkpoint.pt", "checkpoint.rank1.pt"))
-    for key in ("agent", "ewma", "optimizer"):
-        flat0, flat1 = ([t for t in state_tensors(rank[key])] for rank in (rank0, rank1))
-        assert len(flat0) == len(flat1) > 0 and all(torch.equal(a, b) for a, b in zip(flat0, flat1)), key
-    for key in ("mean", "var", "count"):  # reward statistics pooled over both workers' returns
-        assert torch.equal(rank0["reward_normalizer"][key], rank1["reward_normalizer"][key]), key
-    assert not torch.equal(rank0["reward_normalizer"]["ret"], rank1["reward_normalizer"]["ret"])  # own envs
-    rows = read_progress(run_dir)
-    assert [int(r["global_step"]) for r in rows] == [256, 512]  # 2 workers x 4 envs x 32 steps per iteration
-    config = json.load(open(os.path.join(run_dir, "config.json")))
-    assert config["world_size"] == 2 and config["global_batch_size"] == 256 and config["num_iterations"] == 2
-    assert proc.stdout.count("iter 1/2") == 1  # one worker prints
-
-
-def state_tensors(state):
-    if isinstance(state, torch.Tensor):
-        yield state
-    elif isinstance(state, dict):
-        for v in state.values():
-            yield from state_tensors(v)
-    elif isinstance(state, (list, tuple)):
-        for v in state:
-            yield from state_tensors(v)
+from conftest import BATCH, ROOT, load, tiny_argv
 
 
 def _advantage_worker(rank, port, decay, result_dir):
@@ -122,9 +81,9 @@ def test_resume_with_another_number_of_workers_is_refused(tmp_path, monkeypatch,
     """Another number of workers would change the run's batch and its per-worker state: refused, with the command
     that resumes the run as it was started."""
     ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path / "runs"), "--total-timesteps", "128"))
+    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path / "runs"), "--total-timesteps", str(BATCH)))
     monkeypatch.setenv("WORLD_SIZE", "2")
-    err = bad_argument("ppo", ["--resume", run_dir, "--total-timesteps", "256"], "--resume")
+    err = bad_argument("ppo", ["--resume", run_dir, "--total-timesteps", str(2 * BATCH)], "--resume")
     assert f"the run has 1 workers: resume it with python {os.path.join(ROOT, 'ppo.py')} --resume" in err
 
 

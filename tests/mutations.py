@@ -1,0 +1,111 @@
+"""Slips of the hand the suite must catch: each mutation changes one line, the same way in every script that has it,
+in a scratch copy of the repository, and runs the test files named beside it there. A mutation that no test fails on
+is a hole in the suite. Not collected by pytest (its name does not start with test_); run by hand:
+
+    python tests/mutations.py              # every mutation, a line each: caught (by which test) or MISSED
+    python tests/mutations.py adv-no-mean  # one, by name
+
+The results of the last run are in tests/README.md.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ("ppo.py", "ppo_ewma.py", "ppg.py", "ppg_ewma.py")
+
+# (name, the line as it is, the line mutated, the test files that should catch it)
+MUTATIONS = [
+    ("ewma-no-bias-correction", "prox.lerp_(theta, 1 / w_new)", "prox.lerp_(theta, 1 - self.beta_prox)",
+     ["test_ewma.py"]),
+    ("clip-lower-bound", "math.log(1 - clip_coef), math.log(1 + clip_coef))", "-math.inf, math.log(1 + clip_coef))",
+     ["test_objectives.py"]),
+    ("gae-off-by-one", "next_v = values[t + 1] if t + 1 < num_steps else next_value",
+     "next_v = values[t] if t + 1 < num_steps else next_value", ["test_gae.py"]),
+    ("lr-over-c", "args.learning_rate /= math.sqrt(c)", "args.learning_rate /= c", ["test_knobs.py"]),
+    ("adv-no-mean", "advantages = (advantages - adv_mean) / (adv_std + 1e-8)",
+     "advantages = advantages / (adv_std + 1e-8)", ["test_knobs.py"]),
+    ("adv-moments-forget", "self.weight = self.decay * self.weight + count", "self.weight = count",
+     ["test_knobs.py"]),
+    ("entropy-sign", "loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss",
+     "loss = pg_loss + args.ent_coef * entropy + args.vf_coef * v_loss", ["test_objectives.py"]),
+    ("entropy-sign-ppg", "loss = loss + pg_loss - args.ent_coef * entropy",
+     "loss = loss + pg_loss + args.ent_coef * entropy", ["test_objectives.py"]),
+    ("ent-coef-ignored", "loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss",
+     "loss = pg_loss - 0.01 * entropy + args.vf_coef * v_loss", ["test_objectives.py"]),
+    ("vf-coef-ignored", "loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss",
+     "loss = pg_loss - args.ent_coef * entropy + v_loss", ["test_objectives.py"]),
+    ("vf-coef-ignored-ppg", "loss = loss + args.vf_coef * v_loss", "loss = loss + 0.5 * v_loss",
+     ["test_objectives.py"]),
+    ("value-loss-half", "    return loss.mean()", "    return 0.5 * loss.mean()", ["test_objectives.py"]),
+    ("clip-vloss-min", "loss = torch.maximum(loss, (clipped - returns).pow(2))",
+     "loss = torch.minimum(loss, (clipped - returns).pow(2))", ["test_objectives.py"]),
+    ("max-grad-norm-ignored", "nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)",
+     "nn.utils.clip_grad_norm_(agent.parameters(), 1e9)", ["test_objectives.py"]),
+    ("aux-kl-reversed", "kl = (mb_logp_old[idx].exp() * (mb_logp_old[idx] - logp)).sum(-1).mean()",
+     "kl = (logp.exp() * (logp - mb_logp_old[idx])).sum(-1).mean()", ["test_ppg.py"]),
+    ("aux-beta-clone-ignored", "loss = aux_value_loss + args.beta_clone * kl + true_value_loss",
+     "loss = aux_value_loss + kl + true_value_loss", ["test_ppg.py"]),
+    ("aux-no-true-value-loss", "loss = aux_value_loss + args.beta_clone * kl + true_value_loss",
+     "loss = aux_value_loss + args.beta_clone * kl", ["test_ppg.py"]),
+    ("aux-no-aux-value-loss", "loss = aux_value_loss + args.beta_clone * kl + true_value_loss",
+     "loss = args.beta_clone * kl + true_value_loss", ["test_ppg.py"]),
+    ("value-epochs-train-policy", "train_pi, train_v = epoch < args.e_pi, epoch < args.e_v",
+     "train_pi, train_v = epoch < args.e_v, epoch < args.e_v", ["test_ppg.py"]),
+    ("ewma-on-value-steps", "            if train_pi:  # theta_prox <- EWMA_beta_prox(theta), after every policy step",
+     "            if True:  # theta_prox <- EWMA_beta_prox(theta), after every policy step", ["test_ppg.py"]),
+    ("norm-reward-gamma-ignored", "RewardNormalizer(args.num_envs, args.norm_reward_gamma)",
+     "RewardNormalizer(args.num_envs)", ["test_reward_norm.py"]),
+    ("adam-eps-ignored", "betas=args.adam_betas, eps=args.adam_eps)", "betas=args.adam_betas)",
+     ["test_reward_norm.py"]),
+    ("obs-after-step", "        rollout[\"obs\"][t], rollout[\"firsts\"][t] = next_obs, next_first\n",
+     "", ["test_learning.py"], "        next_first = torch.from_numpy(terminated | truncated).to(device)\n",
+     "        next_first = torch.from_numpy(terminated | truncated).to(device)\n"
+     "        rollout[\"obs\"][t], rollout[\"firsts\"][t] = next_obs, next_first\n"),  # the frame after the action
+    ("advantage-sign", "pg_losses = -advantages * torch.exp(logp - logp_",
+     "pg_losses = advantages * torch.exp(logp - logp_", ["test_learning.py"]),
+]
+
+
+def mutate(root, mutation):
+    """Apply one mutation to every script in `root` that has its line; the scripts it changed."""
+    name, old, new, _, *more = mutation
+    changed = []
+    for script in SCRIPTS:
+        path = os.path.join(root, script)
+        text = open(path).read()
+        if old in text:
+            text = text.replace(old, new)
+            if more:  # a second edit that goes with the first (a line moved)
+                text = text.replace(more[0], more[1])
+            open(path, "w").write(text)
+            changed.append(script)
+    return changed
+
+
+def run(mutation, scratch):
+    name, _, _, tests, *_ = mutation
+    root = os.path.join(scratch, name)
+    shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "__pycache__", "*.pt"))
+    changed = mutate(root, mutation)
+    if not changed:
+        return f"{name}: NOT APPLIED (the line is not in any script)"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                           *[os.path.join("tests", t) for t in tests]], cwd=root, capture_output=True, text=True)
+    failed = re.findall(r"^FAILED (\S+)", proc.stdout, re.M)
+    where = ", ".join(s[:-3] for s in changed)
+    return f"{name} ({where}): " + (f"caught by {failed[0]}" if proc.returncode else "MISSED")
+
+
+def main(names):
+    chosen = [m for m in MUTATIONS if not names or m[0] in names]
+    with tempfile.TemporaryDirectory() as scratch:
+        for mutation in chosen:
+            print(run(mutation, scratch), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
