@@ -25,8 +25,10 @@ def test_resume_equals_an_uninterrupted_run(ewma_script, tmp_path, monkeypatch):
     monkeypatch.setattr(script, "ProcgenVecEnv", StatelessEnv)
     name = script.__name__
     extra = ["--staleness", "1", "--save-interval", "1"] + (["--n-pi", "2"] if name in PPG_SCRIPTS else [])
-    full = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "full"), "--total-timesteps", str(4 * BATCH), *extra))
-    part = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "part"), "--total-timesteps", str(2 * BATCH), *extra))
+    full = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "full"), "--total-timesteps", str(4 * BATCH),
+                                 *extra))
+    part = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "part"), "--total-timesteps", str(2 * BATCH),
+                                 *extra))
     assert checkpoint(part)["iteration"] == 2
     assert script.main(["--resume", part, "--total-timesteps", str(4 * BATCH)]) == part
     rows_full, rows_part = read_progress(full), read_progress(part)

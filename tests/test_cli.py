@@ -74,7 +74,8 @@ def folder_digest(folder):
 
 RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the message must contain)
     ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--gamma", "0.9"], "--gamma", "has 0.999"),
-    ("ppo", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH)], "--resume", "is a run of ppo_ewma.py, not of this ppo.py"),
+    ("ppo", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH)], "--resume",
+     "is a run of ppo_ewma.py, not of this ppo.py"),
     ("ppg", ["--evaluate", "RUN"], "--evaluate", "is a run of ppo_ewma.py, not of this ppg.py"),
     ("ppo_ewma", ["--resume", "RUN/nowhere"], "--resume", "no checkpoint.pt in"),
     ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--bf16"], "--bf16", "has False, got True"),

@@ -190,7 +190,8 @@ def test_make_batch_normalises_the_advantages_with_the_moments(script, decay):
         batch = script.make_batch(rollout, agent, moments, args)
         adv = reference_gae(rollout["rewards"].double().numpy(), rollout["values"].double().numpy(),
                             rollout["firsts"].numpy(), np.zeros(N), np.ones(N, dtype=bool), args.gamma, args.gae_lambda)
-        weight, total, total_sq = decay * weight + adv.size, decay * total + adv.sum(), decay * total_sq + (adv ** 2).sum()
+        weight, total = decay * weight + adv.size, decay * total + adv.sum()
+        total_sq = decay * total_sq + (adv ** 2).sum()
         mean = total / weight
         std = math.sqrt(total_sq / weight - mean ** 2)
         expected = torch.from_numpy((adv - mean) / (std + 1e-8)).flatten().float()

@@ -42,6 +42,7 @@ def test_total_timesteps_is_never_cut_short(tmp_path):
     """A total that is not a whole number of iterations runs the last, partial, iteration in full."""
     run_dir, rows = run_tiny("ppo", tmp_path, iterations=1)
     assert len(rows) == 1
-    run_dir = load("ppo").main(tiny_argv("ppo", "--runs-dir", str(tmp_path / "b"), "--total-timesteps", str(BATCH + 36)))
+    run_dir = load("ppo").main(tiny_argv("ppo", "--runs-dir", str(tmp_path / "b"),
+                                         "--total-timesteps", str(BATCH + 36)))
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert config["num_iterations"] == 2  # 1.56 iterations
