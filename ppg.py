@@ -70,6 +70,7 @@ def parse_args(argv=None):
     a("--clip-vloss", action=yes_no, default=False, help="clip value updates at --clip-coef (CleanRL)")
     a("--max-grad-norm", type=float, default=0.0, help="gradient norm clip; 0 = off (official code)")
     a("--adam-eps", type=float, default=1e-8, help="Adam's epsilon (official 1e-8, CleanRL 1e-5)")
+    a("--init", default="normed", choices=("normed", "pytorch"), help="weights: official code's or CleanRL's (Network)")
     a("--norm-reward", action=yes_no, default=True, help="reward normalisation")
     a("--norm-reward-gamma", type=float, default=0.99, help="discount of the return that scales rewards")
     a("--norm-adv", action=yes_no, default=True, help="advantage normalisation")
@@ -164,12 +165,21 @@ def make_env(args, seed):
 
 # --- Network: IMPALA CNN (Espeholt et al. 2018) ------------------------------------------------------
 def normed(layer, scale):
-    """The official code's initialisation (not CleanRL's): every output unit's weight vector is
+    """The official code's initialisation (--init normed): every output unit's weight vector is
     rescaled to norm `scale` and biases start at zero, so each layer's output scale is set by design."""
     with torch.no_grad():
         layer.weight.mul_(scale / layer.weight.flatten(1).norm(dim=1).view(-1, *[1] * (layer.weight.dim() - 1)))
         layer.bias.zero_()
     return layer
+
+
+def pytorch_init(agent):
+    """--init pytorch, CleanRL's: PyTorch's defaults, then orthogonal heads, gain 0.01 for logits and 1 for values."""
+    for layer in [m for m in agent.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]:
+        layer.reset_parameters()
+        if layer.weight.shape[0] in (1, NUM_ACTIONS):  # a head: no conv or hidden layer has 1 or 15 outputs
+            nn.init.orthogonal_(layer.weight, 0.01 if layer.weight.shape[0] == NUM_ACTIONS else 1.0)
+            nn.init.zeros_(layer.bias)
 
 
 class ResidualBlock(nn.Module):
@@ -287,9 +297,8 @@ def collect_rollout(envs, agent, next_obs, next_first, num_steps):
 
 # --- Reward normalisation --------------------------------------------------------------------------------
 class RewardNormalizer(nn.Module):
-    """Divide rewards by the running std of a discounted return (discount --norm-reward-gamma: 0.99 hard-coded in the
-    official code, the agent's gamma in CleanRL), then clip to [-10, 10]; statistics updated once per rollout. With
-    several workers we pool their moments exactly; the official code averages the workers' means and variances."""
+    """Rewards / the running std of a discounted return (--norm-reward-gamma: 0.99 in the official code, the agent's
+    gamma in CleanRL), clipped to [-10, 10]; updated per rollout, workers' moments pooled (officially: averaged)."""
     def __init__(self, num_envs, gamma=0.99, clip=10.0, eps=1e-8):
         super().__init__()
         self.gamma, self.clip, self.eps = gamma, clip, eps
@@ -389,9 +398,8 @@ def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty, imp_samp_max)
 
 
 def value_loss(value, returns, values_behav, clip_vloss):
-    """Squared error of the value against the GAE returns, weighted by vf_coef with no 0.5 (official code). With
-    clip_vloss > 0 (CleanRL, after OpenAI baselines): the larger of it and the error of the value held within
-    clip_vloss of the value collected with the data."""
+    """Squared error of the value against the GAE returns (times vf_coef, no 0.5: official code). With clip_vloss > 0
+    (CleanRL, after OpenAI baselines): the larger of it and the error of the value held within clip_vloss of the old."""
     loss = (value - returns).pow(2)
     if clip_vloss > 0:
         clipped = values_behav + (value - values_behav).clamp(-clip_vloss, clip_vloss)
@@ -438,9 +446,8 @@ def update(agent, optimizer, batch, args):
 
 
 def minibatches(args, device):
-    """One epoch's minibatches: indices into the batch flattened from (num_steps, num_envs), every step once. By env
-    (official code): whole trajectories of shuffled envs, cut in time when minibatches outnumber envs; by step
-    (CleanRL): shuffled single steps."""
+    """One epoch's minibatches, indices into the (num_steps x num_envs) batch, every step once: by env (official code)
+    whole trajectories of shuffled envs, cut in time when minibatches outnumber envs; by step (CleanRL) single steps."""
     t, n, m = args.num_steps, args.num_envs, args.num_minibatches
     if args.minibatch_by == "step":
         return torch.randperm(t * n, device=device).chunk(m)
@@ -509,6 +516,8 @@ def main(argv=None):
     if args.evaluate:
         return evaluate_saved_agent(args, device)
     agent = Agent(NUM_ACTIONS).to(device)
+    if args.init == "pytorch":
+        pytorch_init(agent)  # CleanRL's initialisation instead of the official code's (Network)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=args.adam_eps)
     reward_normalizer = RewardNormalizer(args.num_envs, args.norm_reward_gamma).to(device)  # pooled over workers
     adv_moments = AdvantageMoments(args.adv_ewma_decay).to(device)
@@ -618,12 +627,6 @@ def resume_command(run_dir, world_size):
     return f"{launcher} {shlex.quote(os.path.abspath(__file__))} --resume {shlex.quote(os.path.abspath(run_dir))}"
 
 
-def num_iterations(args, world_size):
-    """Iterations in the run, rounded up (PPG's to whole phases: a run ends with an aux phase, small to checkpoint)."""
-    phase = getattr(args, "n_pi", 1)
-    return phase * math.ceil(args.total_timesteps / (args.num_envs * args.num_steps * world_size * phase))
-
-
 # --- Many workers (torchrun) and the device ------------------------------------------------------------------------
 # `torchrun --nproc-per-node W script.py ...` starts W workers of --num-envs environments each, as the paper ran (4 x 64
 # envs); each holds the same networks and steps on the averaged gradient. Without torchrun these helpers do nothing.
@@ -676,9 +679,8 @@ def all_reduce_sum(tensor):
 
 
 def configure_cnns(nets, bf16, compile):
-    """--bf16 and --compile for every IMPALA CNN in `nets`, in place (parameter names, hence checkpoints, unchanged).
-    Compiled with static shapes, one graph per batch size and grad mode (a dynamic batch size fails to compile in
-    torch 2.13); past torch's limit of graphs per function it warns once and runs the rest eagerly."""
+    """--bf16 and --compile for every IMPALA CNN in `nets`, in place (parameter names unchanged). Static shapes: a graph
+    per batch size and grad mode (a dynamic batch fails to compile in torch 2.13); past torch's limit, eager."""
     for cnn in [m for net in nets for m in net.modules() if isinstance(m, ImpalaCNN)]:
         cnn.bf16 = bf16
         if compile:
@@ -687,8 +689,7 @@ def configure_cnns(nets, bf16, compile):
 
 # --- Evaluation and videos -----------------------------------------------------------------------------------------
 def held_out_levels(args):
-    """(start_level, num_levels) for evaluation: the levels right after the training range when --num-levels
-    is set, which never overlap [start_level, start_level + num_levels); the full distribution otherwise."""
+    """(start_level, num_levels) for evaluation: the levels after the training range with --num-levels, else all."""
     return (args.start_level + args.num_levels, 1_000_000) if args.num_levels else (args.start_level, 0)
 
 
@@ -776,7 +777,8 @@ class Run:
         self.args, self.device, self.learner, self.stale_rollouts = args, device, learner, stale_rollouts
         (self.rank, self.world_size), self.signal, self.problem = worker(), None, None
         self.global_batch_size = args.num_envs * args.num_steps * self.world_size  # env steps per iteration
-        self.num_iterations = num_iterations(args, self.world_size)
+        phase = getattr(args, "n_pi", 1)  # PPG's run is whole phases: it ends with an aux phase, small to checkpoint
+        self.num_iterations = phase * math.ceil(args.total_timesteps / (self.global_batch_size * phase))  # rounded up
         # SIGINT (Ctrl-C) or SIGTERM: finish the iteration, checkpoint, exit; a second one stops at once
         self.handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         modules = [m for m in learner.values() if isinstance(m, nn.Module)]

@@ -42,6 +42,16 @@ PROCGEN_RANGES = {
 }
 
 
+# --- CleanRL's ppo_procgen.py on StarPilot (easy), for comparison ---------------------------------------------------
+# The mean episodic return per 100k env steps from 0 to 1M of CleanRL's ppo_procgen.py, unmodified (64 envs x 256
+# steps, 3 epochs x 8 minibatches, Adam 5e-4), seeds 1 and 2, as measured on a GPU and reported in this project's
+# issue 36 ("Learn as fast as CleanRL per env step"); CleanRL logs the first environment to finish on each step.
+CLEANRL_STARPILOT_1M = {
+    "CleanRL seed 1 (GPU)": [1.83, 2.62, 3.06, 3.49, 4.06, 4.48, 5.32, 6.04, 7.43, 8.16],
+    "CleanRL seed 2 (GPU)": [1.82, 2.57, 2.97, 3.22, 3.45, 4.67, 5.55, 6.98, 7.56, 9.01],
+}
+
+
 def normalized_return(value, env_id, mode):
     """(R - R_min) / (R_max - R_min) with the Procgen constants of `mode`; nan where there are none."""
     if mode not in PROCGEN_RANGES or env_id not in PROCGEN_RANGES[mode]:
@@ -338,10 +348,22 @@ def window_returns(runs, width):
               for windows in per_run]) for k in range(count)]
 
 
-def window_table(runs, labels, width):
-    """Markdown: the mean episodic return per window of `width` env steps, a row per window, a column per run."""
-    return markdown_table(["env steps", *labels], [[f"({steps_text(low)}, {steps_text(high)}]", *map(cell, means)]
-                                                   for low, high, means in window_returns(runs, width)])
+def episode_windows(path, width):
+    """The mean return per window of `width` env steps of a log with a row per episode (global_step,
+    episodic_return), e.g. CleanRL's printed episodes (docs/cleanrl/): the windows of window_table."""
+    with open(path) as f:
+        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    return [column_mean(window, "episodic_return") for _, _, window in step_windows(rows, width)]
+
+
+def window_table(runs, labels, width, references=None):
+    """Markdown: the mean episodic return per window of `width` env steps, a row per window, a column per run; then
+    a column per reference ({label: [the mean of each window]}, e.g. CLEANRL_STARPILOT_1M), blank past its end."""
+    references = references or {}
+    return markdown_table(["env steps", *labels, *references],
+                          [[f"({steps_text(low)}, {steps_text(high)}]", *map(cell, means),
+                            *[cell(v[k]) if k < len(v) else "" for v in references.values()]]
+                           for k, (low, high, means) in enumerate(window_returns(runs, width))])
 
 
 def write_csv(path, rows):

@@ -9,10 +9,15 @@ The groups, each either the official code's choice (the defaults of the runs' ti
     mb  minibatches      --minibatch-by env (whole trajectories of 8 envs)  | step (2,048 random steps)
     vf  value weight     --vf-coef 0.5 --no-clip-vloss --norm-reward-gamma 0.99 | 0.25 --clip-vloss 0.999
     gc  grad clip, eps   --max-grad-norm 0 --adam-eps 1e-8                  | 0.5, 1e-5
+    init initialisation  --init normed (per-unit weight norms)              | pytorch (orthogonal heads)
 Every run passes every flag of every group, so a run means the same whatever the scripts' defaults become.
-Stage 1: all three (seed 1) and none (seed 2). Stage 2, the rest of the 2^3 design, a new seed per run:
-each group alone and each pair. With the committed 1M-step default run of seed 1 the eight corners are
-covered. Each run takes ~45-60 min on both cores of the 2-core machine; they run one at a time.
+Stage 1: the first three (seed 1) and none (seed 2). Stage 2: all four (seed 1), as stage 1's CleanRL-like run fell
+short of CleanRL while CleanRL's own script, run here as the control (docs/cleanrl/), did not; the differences left
+are the initialisation, advantage normalisation per minibatch, reward statistics updated per step and Procgen's
+seeding. Stage 3, if stage 2 learns like CleanRL: the 2^(4-1) fractional factorial that separates the four groups
+(init switched exactly where an odd number of the other three are; resolution IV: no main effect aliased with a
+pair's), a new seed per run: its corners "none" and "all four" are stages 1 and 2, six runs are new.
+Each run takes ~75 min on both cores of the 2-core machine (~220 env steps/s); they run one at a time.
 """
 import argparse
 import itertools
@@ -29,11 +34,22 @@ GROUPS = {  # group: (official code, CleanRL)
     "vf": ({"vf_coef": 0.5, "clip_vloss": False, "norm_reward_gamma": 0.99},
            {"vf_coef": 0.25, "clip_vloss": True, "norm_reward_gamma": 0.999}),
     "gc": ({"max_grad_norm": 0.0, "adam_eps": 1e-8}, {"max_grad_norm": 0.5, "adam_eps": 1e-5}),
+    "init": ({"init": "normed"}, {"init": "pytorch"}),
 }
-# (groups switched to CleanRL's, seed): stage 1, then stage 2 with a new seed per run
+# (groups switched to CleanRL's, seed) of each stage
 STAGES = {1: [(("mb", "vf", "gc"), 1), ((), 2)],
-          2: [(groups, seed) for seed, groups in zip(itertools.count(3), [("mb",), ("vf",), ("gc",), ("mb", "vf"),
-                                                                            ("mb", "gc"), ("vf", "gc")])]}
+          2: [(("mb", "vf", "gc", "init"), 1)],
+          3: [(groups, seed) for seed, groups in zip(itertools.count(3), [
+              ("mb", "init"), ("vf", "init"), ("gc", "init"), ("mb", "vf"), ("mb", "gc"), ("vf", "gc")])]}
+
+
+# The committed 1M-step default run of seed 1 (the defaults of its time: the official code's choice in each group)
+DEFAULT_RUN = sweep.Job("ppo", "starpilot", 1, "ppo", 1_000_000, {k: v for official, _ in GROUPS.values()
+                        for k, v in official.items()}, tags={"groups": "official (default run)", "stage": 0})
+# The first iteration after each --resume, by run folder: its episodes start afresh on new levels (shorter, lower
+# returns), so it is left out of the window means. From the runs' logs (docs/results.md for the default run).
+RESUMED = {"starpilot__ppo__1__1795462513": (61,)}
+CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run here: a CSV of episodes per run
 
 
 def exp_name(script, groups):
@@ -70,10 +86,37 @@ def main(argv=None):
         failed = sweep.run_all(runs, args.runs_dir, committed=COMMITTED)
         if failed:
             sys.exit(f"{len(failed)} run(s) failed; see {os.path.join(args.runs_dir, 'logs')}")
-    loaded = sweep.select_runs(runs, COMMITTED)
-    print(analysis.window_table(loaded, [r["tags"]["groups"] + f" seed {r['config']['seed']}" for r in loaded],
-                                100_000) if loaded else "no finished runs in docs/runs yet")
+    loaded = sweep.select_runs([DEFAULT_RUN] + runs, COMMITTED)
+    print(tables(loaded) if loaded else "no finished runs in docs/runs yet")
     return loaded
+
+
+def cleanrl_references(width=100_000):
+    """CleanRL's mean return per window: the GPU runs of issue 36, then each control run here (docs/cleanrl/)."""
+    logs = sorted(f for f in os.listdir(CONTROL) if f.endswith(".csv")) if os.path.isdir(CONTROL) else []
+    return {**analysis.CLEANRL_STARPILOT_1M,
+            **{f"CleanRL {f[:-4]}": analysis.episode_windows(os.path.join(CONTROL, f), width) for f in logs}}
+
+
+def tables(loaded, width=100_000):
+    """Markdown: the return per window of env steps beside CleanRL's; then each run's flags (those of the groups
+    switched to CleanRL's), mean clip fraction and approx_kl, wall time and median speed."""
+    labels = [f"{r['tags']['groups']} seed {r['config']['seed']}" for r in loaded]
+    loaded = [{**run, "rows": [row for row in analysis.in_steps(run["rows"], 0, run["config"]["total_timesteps"])
+                               if row["iteration"] not in RESUMED.get(os.path.basename(run["dir"]), ())]}
+              for run in loaded]  # to 1M (the 62nd iteration ends past it), fresh episodes after a resume left out
+    rows = []
+    for label, run in zip(labels, loaded):
+        d = analysis.run_diagnostics(run)
+        groups = [group for group in run["tags"]["groups"].split("+") if group in GROUPS]
+        flags = {k: v for group in groups for k, v in GROUPS[group][1].items()}
+        rows.append([label, " ".join(sweep.option_tokens(flags)) or "(none)", analysis.cell(d["clipfrac"], "{:.3f}"),
+                     analysis.cell(d["approx_kl"], "{:.4f}"), sweep.format_wall_time(d["time_s"]),
+                     analysis.cell(d["sps_median"], "{:.0f}")])
+    return (f"Mean episodic return per {width:,} env steps (the first iteration after a resume left out)\n\n"
+            f"{analysis.window_table(loaded, labels, width, cleanrl_references(width))}\n\n"
+            + analysis.markdown_table(["run", "CleanRL's flags", "clipfrac", "approx_kl", "wall time",
+                                       "env steps/s (median)"], rows))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,9 @@ PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coin
 # not the value passed on the command line (num_envs is checked as num_envs * batch_divisor instead).
 ADJUSTED = {"learning_rate", "adv_ewma_decay", "beta_prox", "n_pi"}
 NOT_CHECKED = {"cuda"}  # the device does not change what a run is
+# Flags added after some runs were made, with the value those runs had (each issue that added a flag kept the earlier
+# behaviour as its first default): a config.json without the key is read as having it.
+ADDED = {"clip_vloss": False, "adam_eps": 1e-8, "norm_reward_gamma": 0.99, "init": "normed"}
 
 
 @dataclasses.dataclass
@@ -108,6 +111,7 @@ def _same(recorded, wanted):
 
 def config_matches(config, run):
     """Is `config` (a config.json) the configuration `run` asks for?"""
+    config = {**ADDED, **config}
     if (config.get("env_id"), config.get("exp_name"), config.get("seed")) != run.key:
         return False
     for dest, wanted in run.options.items():

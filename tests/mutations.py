@@ -61,6 +61,10 @@ MUTATIONS = [
      "RewardNormalizer(args.num_envs)", ["test_reward_norm.py"]),
     ("adam-eps-ignored", "betas=args.adam_betas, eps=args.adam_eps)", "betas=args.adam_betas)",
      ["test_reward_norm.py"]),
+    ("init-ignored", "        pytorch_init(agent)  # CleanRL's", "        None  # CleanRL's", ["test_reward_norm.py"]),
+    ("init-no-reset", "        layer.reset_parameters()\n", "", ["test_reward_norm.py"]),
+    ("init-gains-swapped", "0.01 if layer.weight.shape[0] == NUM_ACTIONS else 1.0",
+     "1.0 if layer.weight.shape[0] == NUM_ACTIONS else 0.01", ["test_reward_norm.py"]),
     ("obs-after-step", "        rollout[\"obs\"][t], rollout[\"firsts\"][t] = next_obs, next_first\n",
      "", ["test_learning.py"], "        next_first = torch.from_numpy(terminated | truncated).to(device)\n",
      "        next_first = torch.from_numpy(terminated | truncated).to(device)\n"

@@ -109,6 +109,12 @@ def test_env_step_windows_by_hand(tmp_path):
     short = analysis.load_run(write_run(tmp_path / "short", "starpilot", "b", 1, [None, None, 3], batch=50_000))
     assert analysis.window_table([run, short], ["a", "b"], 100_000).splitlines()[2:] == [
         "| (0, 100k] | 2.00 | - |", "| (100k, 200k] | 5.00 | 3.00 |", "| (200k, 300k] | 9.00 | - |"]
+    # a per-episode log (CleanRL's) beside them: episodes ending at 50k and 100k, at 150k, at 250k and 300k
+    log = tmp_path / "episodes.csv"
+    log.write_text("global_step,episodic_return\n50000,1.0\n100000,2.0\n150000,4.0\n250000,6.0\n300000,7.0\n")
+    assert analysis.episode_windows(log, 100_000) == [1.5, 4, 6.5]
+    assert analysis.window_table([short], ["b"], 100_000, {"log": [1.5, 4]}).splitlines()[2:] == [
+        "| (0, 100k] | - | 1.50 |", "| (100k, 200k] | 3.00 | 4.00 |"]  # a reference ends where the runs do
     d = analysis.run_diagnostics(run, frac=0.1, first_steps=100_000)
     # last 10% of 300k env steps: global_step in (270k, 300k], the last iteration alone
     assert (d["clipfrac"], d["clipfrac_last"]) == (pytest.approx((0.1 * 9 + 0.3) / 10), pytest.approx(0.3))
@@ -309,6 +315,28 @@ def test_sweep_resumes_an_unfinished_run_from_its_checkpoint(tmp_path):
     with open(os.path.join(folder, "progress.csv"), "a") as f:
         f.write("2,512,4.0,64.0,2.0,50\n")
     assert sweep.find_resumable(run, str(tmp_path)) is None and sweep.is_finished(run, str(tmp_path))
+
+
+# --- The CleanRL ablation (issue 36) ---------------------------------------------------------------------
+def test_cleanrl_ablation_runs_pass_every_group_and_its_table_drops_a_resumed_iteration(tmp_path, monkeypatch):
+    ablation = load_experiment("cleanrl_ablation")
+    flags = {k for official, cleanrl in ablation.GROUPS.values() for k in {**official, **cleanrl}}
+    for run in ablation.plan(sorted(ablation.STAGES)):  # every flag of every group, whatever the defaults become
+        assert flags <= set(run.options) and run.total_timesteps == 1_000_000
+    # iterations of 30,000 steps to 120,000; the 150k one overshoots, the 2nd is the first after a resume
+    run_dir = write_run(tmp_path, "starpilot", "x", 1, [1, 9, 3, 4, 100], batch=30_000,
+                        config={"total_timesteps": 120_000})
+    run = {**analysis.load_run(run_dir), "tags": {"groups": "mb+gc"}}
+    control = tmp_path / "cleanrl"
+    control.mkdir()
+    (control / "seed1_cpu.csv").write_text("global_step,episodic_return\n90000,5.0\n110000,7.0\n")
+    monkeypatch.setattr(ablation, "RESUMED", {os.path.basename(run_dir): (2,)})
+    monkeypatch.setattr(ablation, "CONTROL", str(control))
+    monkeypatch.setattr(analysis, "CLEANRL_STARPILOT_1M", {"GPU": [0.5, 1.5, 2.5]})
+    lines = ablation.tables([run], width=100_000).splitlines()
+    assert lines[2:6] == ["| env steps | mb+gc seed 1 | GPU | CleanRL seed1_cpu |", "|---|---|---|---|",
+                          "| (0, 100k] | 2.00 | 0.50 | 5.00 |", "| (100k, 200k] | 4.00 | 1.50 | 7.00 |"]
+    assert "| mb+gc seed 1 | --minibatch-by step --max-grad-norm 0.5 --adam-eps 1e-05 |" in lines[-1]
 
 
 # --- Resumable sweeps ----------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Reward normalisation: the running std of a discounted return (gamma 0.99 in the official code, the agent's in
-CleanRL: --norm-reward-gamma), clip 10."""
+CleanRL: --norm-reward-gamma), clip 10; and CleanRL's other choices that main() hands the learner (Adam's epsilon,
+the initialisation)."""
+import math
 import os
 
 import numpy as np
@@ -47,10 +49,32 @@ def test_reward_normalizer_uses_its_discount(script):
     assert float(norm.ret) == pytest.approx(1 + 0.999 + 0.999 ** 2 + 0.999 ** 3)
 
 
+def test_pytorch_init_is_pytorchs_default_with_orthogonal_heads(script):
+    """--init pytorch (CleanRL's): each conv and linear layer as PyTorch draws it (uniform within 1/sqrt(fan_in),
+    biases too), then the heads orthogonal with zero biases, gain 0.01 for the 15 logits and 1 for a value."""
+    torch.manual_seed(0)
+    agent = script.Agent(15)
+    script.pytorch_init(agent)
+    layers = [m for m in agent.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    heads = [m for m in layers if m.weight.shape[0] in (1, 15)]
+    assert len(heads) == (3 if hasattr(script, "AuxBuffer") else 2)  # PPG: the policy network's aux value head too
+    for layer in layers:
+        w = layer.weight.flatten(1)
+        if any(layer is head for head in heads):
+            torch.testing.assert_close(w @ w.T, (0.01 if len(w) == 15 else 1.0) ** 2 * torch.eye(len(w)))
+            assert not layer.bias.any()
+        else:  # the official code's normed layers have per-unit norms of 0.64-1.4 and zero biases
+            bound = 1 / math.sqrt(w.shape[1])
+            assert 0.9 * bound < w.abs().max() <= bound and 0 < layer.bias.abs().max() <= bound
+
+
 @pytest.mark.parametrize("name", ["ppo", "ppg_ewma"])
-def test_the_reward_discount_and_adams_epsilon_reach_the_learner(name, tmp_path, monkeypatch):
-    """main() builds the normaliser with --norm-reward-gamma and Adam with --adam-eps (both optimisers in PPG)."""
-    script, made = load(name), []
+def test_the_reward_discount_adams_epsilon_and_the_init_reach_the_learner(name, tmp_path, monkeypatch):
+    """main() builds the normaliser with --norm-reward-gamma and Adam with --adam-eps (both optimisers in PPG), and
+    --init pytorch re-initialises the agent before anything copies it (PPG-EWMA's proximal network)."""
+    script, made, inits = load(name), [], []
+    monkeypatch.setattr(script, "pytorch_init", lambda agent: inits.append(agent) or torch.nn.init.zeros_(
+        next(agent.parameters())))
 
     class Recorded(script.RewardNormalizer):
         def __init__(self, num_envs, gamma=0.99, *rest):
@@ -58,8 +82,12 @@ def test_the_reward_discount_and_adams_epsilon_reach_the_learner(name, tmp_path,
             super().__init__(num_envs, gamma, *rest)
     monkeypatch.setattr(script, "RewardNormalizer", Recorded)
     run_dir, _ = run_tiny(script.__name__, tmp_path, "--norm-reward-gamma", "0.9", "--adam-eps", "0.001",
-                          iterations=2)
+                          "--init", "pytorch", "--learning-rate", "1e-12", iterations=2)
     state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert made == [0.9]
     optimizers = [k for k in state if k.endswith("optimizer")]
     assert optimizers and all(g["eps"] == 0.001 for k in optimizers for g in state[k]["param_groups"])
+    assert len(inits) == 1 and isinstance(inits[0], script.Agent)
+    first = [v for k, v in state["agent"].items() if k.endswith("weight")][0]  # zeroed by the stand-in, then barely
+    copies = [v for k, v in state.get("ewma", {}).items() if k.endswith("weight")][:1]  # moved (learning rate 1e-12)
+    assert all(float(w.abs().max()) < 1e-9 for w in [first] + copies) and (copies or "ewma" not in name)
