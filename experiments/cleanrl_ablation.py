@@ -48,8 +48,8 @@ DEFAULT_RUN = sweep.Job("ppo", "starpilot", 1, "ppo", 1_000_000, {k: v for offic
                         for k, v in official.items()}, tags={"groups": "official (default run)", "stage": 0})
 # The first iteration after each --resume, by run folder: its episodes start afresh on new levels (shorter, lower
 # returns), so it is left out of the window means. From the runs' logs (docs/results.md for the default run).
-RESUMED = {"starpilot__ppo__1__1795462513": (61,)}
-CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run here: a CSV of episodes per run
+RESUMED = {"starpilot__ppo__1__1795462513": (61,), "starpilot__ablation__ppo__official__2__1795602317": (31,)}
+CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run here: its episodes, a CSV per run
 
 
 def exp_name(script, groups):
@@ -92,10 +92,11 @@ def main(argv=None):
 
 
 def cleanrl_references(width=100_000):
-    """CleanRL's mean return per window: the GPU runs of issue 36, then each control run here (docs/cleanrl/)."""
-    logs = sorted(f for f in os.listdir(CONTROL) if f.endswith(".csv")) if os.path.isdir(CONTROL) else []
-    return {**analysis.CLEANRL_STARPILOT_1M,
-            **{f"CleanRL {f[:-4]}": analysis.episode_windows(os.path.join(CONTROL, f), width) for f in logs}}
+    """CleanRL's mean return per window: the GPU runs of issue 36, then each control run on this machine
+    (docs/cleanrl/seed<N>_episodes.csv)."""
+    logs = sorted(f for f in os.listdir(CONTROL) if f.endswith("_episodes.csv")) if os.path.isdir(CONTROL) else []
+    return {**analysis.CLEANRL_STARPILOT_1M, **{f"CleanRL seed {f[4:-13]} (this CPU)": analysis.episode_windows(
+        os.path.join(CONTROL, f), width) for f in logs}}
 
 
 def tables(loaded, width=100_000):

@@ -329,12 +329,13 @@ def test_cleanrl_ablation_runs_pass_every_group_and_its_table_drops_a_resumed_it
     run = {**analysis.load_run(run_dir), "tags": {"groups": "mb+gc"}}
     control = tmp_path / "cleanrl"
     control.mkdir()
-    (control / "seed1_cpu.csv").write_text("global_step,episodic_return\n90000,5.0\n110000,7.0\n")
+    (control / "seed1_episodes.csv").write_text("global_step,episodic_return\n90000,5.0\n110000,7.0\n")
+    (control / "seed1_iterations.csv").write_text("global_step,clipfrac\n16384,0.0\n")  # not a column
     monkeypatch.setattr(ablation, "RESUMED", {os.path.basename(run_dir): (2,)})
     monkeypatch.setattr(ablation, "CONTROL", str(control))
     monkeypatch.setattr(analysis, "CLEANRL_STARPILOT_1M", {"GPU": [0.5, 1.5, 2.5]})
     lines = ablation.tables([run], width=100_000).splitlines()
-    assert lines[2:6] == ["| env steps | mb+gc seed 1 | GPU | CleanRL seed1_cpu |", "|---|---|---|---|",
+    assert lines[2:6] == ["| env steps | mb+gc seed 1 | GPU | CleanRL seed 1 (this CPU) |", "|---|---|---|---|",
                           "| (0, 100k] | 2.00 | 0.50 | 5.00 |", "| (100k, 200k] | 4.00 | 1.50 | 7.00 |"]
     assert "| mb+gc seed 1 | --minibatch-by step --max-grad-norm 0.5 --adam-eps 1e-05 |" in lines[-1]
 
