@@ -356,6 +356,14 @@ def episode_windows(path, width):
     return [column_mean(window, "episodic_return") for _, _, window in step_windows(rows, width)]
 
 
+def cleanrl_references(control, width=100_000):
+    """CleanRL's mean return per window on StarPilot: the GPU runs of issue 36 (CLEANRL_STARPILOT_1M, 100k windows
+    only), then each run of its script on this machine in the folder `control` (seed<N>_episodes.csv)."""
+    logs = sorted(f for f in os.listdir(control) if f.endswith("_episodes.csv")) if os.path.isdir(control) else []
+    return {**(CLEANRL_STARPILOT_1M if width == 100_000 else {}), **{f"CleanRL seed {f[4:-13]} (this CPU)":
+            episode_windows(os.path.join(control, f), width) for f in logs}}
+
+
 def window_table(runs, labels, width, references=None):
     """Markdown: the mean episodic return per window of `width` env steps, a row per window, a column per run; then
     a column per reference ({label: [the mean of each window]}, e.g. CLEANRL_STARPILOT_1M), blank past its end."""

@@ -14,9 +14,10 @@ Every run passes every flag of every group, so a run means the same whatever the
 Stage 1: the first three (seed 1) and none (seed 2). Stage 2: all four (seed 1), as stage 1's CleanRL-like run fell
 short of CleanRL while CleanRL's own script, run here as the control (docs/cleanrl/), did not; the differences left
 are the initialisation, advantage normalisation per minibatch, reward statistics updated per step and Procgen's
-seeding. Stage 3, if stage 2 learns like CleanRL: the 2^(4-1) fractional factorial that separates the four groups
-(init switched exactly where an odd number of the other three are; resolution IV: no main effect aliased with a
-pair's), a new seed per run: its corners "none" and "all four" are stages 1 and 2, six runs are new.
+seeding. Stage 3, as stage 2 learned like CleanRL where stage 1's first run had not: the initialisation alone
+(seed 2, the defaults' second seed), whether it is enough. Stage 4: the 2^(4-1) fractional factorial that separates
+the four groups (init switched exactly where an odd number of the other three are; resolution IV: no main effect
+aliased with a pair's), a new seed per run: its corners "none" and "all four" are stages 1 and 2, six runs are new.
 Each run takes ~75 min on both cores of the 2-core machine (~220 env steps/s); they run one at a time.
 """
 import argparse
@@ -39,13 +40,14 @@ GROUPS = {  # group: (official code, CleanRL)
 # (groups switched to CleanRL's, seed) of each stage
 STAGES = {1: [(("mb", "vf", "gc"), 1), ((), 2)],
           2: [(("mb", "vf", "gc", "init"), 1)],
-          3: [(groups, seed) for seed, groups in zip(itertools.count(3), [
+          3: [(("init",), 2)],
+          4: [(groups, seed) for seed, groups in zip(itertools.count(3), [
               ("mb", "init"), ("vf", "init"), ("gc", "init"), ("mb", "vf"), ("mb", "gc"), ("vf", "gc")])]}
 
 
 # The committed 1M-step default run of seed 1 (the defaults of its time: the official code's choice in each group)
-DEFAULT_RUN = sweep.Job("ppo", "starpilot", 1, "ppo", 1_000_000, {k: v for official, _ in GROUPS.values()
-                        for k, v in official.items()}, tags={"groups": "official (default run)", "stage": 0})
+DEFAULT_RUN = sweep.Job("ppo", "starpilot", 1, "ppo", 1_000_000, sweep.OFFICIAL_CODE,
+                        tags={"groups": "official (default run)", "stage": 0})
 # The first iteration after each --resume, by run folder: its episodes start afresh on new levels (shorter, lower
 # returns), so it is left out of the window means. From the runs' logs (docs/results.md for the default run).
 RESUMED = {"starpilot__ppo__1__1795462513": (61,), "starpilot__ablation__ppo__official__2__1795602317": (31,)}
@@ -71,7 +73,8 @@ def plan(stages, script="ppo", total_timesteps=1_000_000):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--stage", type=int, nargs="+", choices=sorted(STAGES), default=[1], help="which runs (see below)")
+    p.add_argument("--stage", type=int, nargs="+", choices=sorted(STAGES), default=sorted(STAGES),
+                   help="which runs (see below); default: all")
     p.add_argument("--runs-dir", default=os.path.join(sweep.ROOT, "runs", "ablation"), help="where runs train")
     p.add_argument("--dry-run", action="store_true", help="print the commands of the runs still to do")
     p.add_argument("--table", action="store_true", help="train nothing: the table from docs/runs")
@@ -91,14 +94,6 @@ def main(argv=None):
     return loaded
 
 
-def cleanrl_references(width=100_000):
-    """CleanRL's mean return per window: the GPU runs of issue 36, then each control run on this machine
-    (docs/cleanrl/seed<N>_episodes.csv)."""
-    logs = sorted(f for f in os.listdir(CONTROL) if f.endswith("_episodes.csv")) if os.path.isdir(CONTROL) else []
-    return {**analysis.CLEANRL_STARPILOT_1M, **{f"CleanRL seed {f[4:-13]} (this CPU)": analysis.episode_windows(
-        os.path.join(CONTROL, f), width) for f in logs}}
-
-
 def tables(loaded, width=100_000):
     """Markdown: the return per window of env steps beside CleanRL's; then each run's flags (those of the groups
     switched to CleanRL's), mean clip fraction and approx_kl, wall time and median speed."""
@@ -115,7 +110,7 @@ def tables(loaded, width=100_000):
                      analysis.cell(d["approx_kl"], "{:.4f}"), sweep.format_wall_time(d["time_s"]),
                      analysis.cell(d["sps_median"], "{:.0f}")])
     return (f"Mean episodic return per {width:,} env steps (the first iteration after a resume left out)\n\n"
-            f"{analysis.window_table(loaded, labels, width, cleanrl_references(width))}\n\n"
+            f"{analysis.window_table(loaded, labels, width, analysis.cleanrl_references(CONTROL, width))}\n\n"
             + analysis.markdown_table(["run", "CleanRL's flags", "clipfrac", "approx_kl", "wall time",
                                        "env steps/s (median)"], rows))
 

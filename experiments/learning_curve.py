@@ -1,19 +1,24 @@
 """It learns: mean episodic return against env steps, one curve per script, and a Markdown table of the
 return per window of env steps and of each run's wall time and speed.
 
-    python experiments/learning_curve.py                  # the 1M-step runs of ppo.py and ppo_ewma.py in docs/runs
+    python experiments/learning_curve.py                  # the README's figure: ppo.py and ppo_ewma.py, from docs/runs
+    python experiments/learning_curve.py --train          # first train what docs/runs lacks (~75 min a run, 2 cores)
     python experiments/learning_curve.py runs/starpilot__ppo*__1__* -o curves.png --smooth-steps 50000
 
-Without RUN_DIRs it takes the runs under docs/runs that a script made on its own (exp_name is the script's
-name, not a figure runner's) with --total-timesteps env steps, 1M by default: the runs of
+Without RUN_DIRs it takes the README's runs from docs/runs: ppo.py and ppo_ewma.py at today's defaults, StarPilot
+(easy), seeds 1 and 2, --total-timesteps env steps (1M by default), each made by
     python ppo.py --env-id starpilot --seed 1 --total-timesteps 1000000 --save-model    (and ppo_ewma.py)
-With RUN_DIRs (run folders, or folders holding them) it takes every run there.
+with DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
+defaults), so that a run made at earlier defaults is not taken; and it sets CleanRL's return per window beside
+them (its GPU runs of issue 36 and its own script run on this CPU, docs/cleanrl/). --train trains the runs that
+docs/runs lacks, one at a time (a cut run resumes from its checkpoint), and commits each there.
+With RUN_DIRs (run folders, or folders holding them) it takes every run there, and no CleanRL reference.
 
 The curves are smoothed over --smooth-steps env steps, a window in env steps rather than iterations, so
 that runs with different batch sizes are smoothed alike; runs of the same script are averaged (band: +-1
 std). The first table has the mean return of the iterations whose global_step falls in each window of
 --window env steps; the second has each run's env steps, wall time (its last time_s) and speed (env steps
-/ wall time, and the median of its per-iteration sps). One seed of one game shows that a script learns,
+/ wall time, and the median of its per-iteration sps). One or two seeds of one game show that a script learns,
 not which one learns better.
 """
 import argparse
@@ -28,6 +33,16 @@ import sweep  # noqa: E402
 
 RUNS = os.path.join(sweep.ROOT, "docs", "runs")
 OUT = os.path.join(sweep.ROOT, "docs", "figures", "learning_1m.png")
+CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run on this CPU (issue 36)
+# Today's defaults of the flags where the official code and CleanRL differ (sweep.OFFICIAL_CODE; a test checks
+# them against the scripts): the README's runs name them, so that a run made at earlier defaults is not taken.
+DEFAULTS = dict(sweep.OFFICIAL_CODE)
+SEEDS = (1, 2)
+
+
+def readme_runs(total_timesteps):
+    return [sweep.Job(script, "starpilot", seed, script, total_timesteps, {"save_model": True, **DEFAULTS})
+            for script in ("ppo", "ppo_ewma") for seed in SEEDS]
 
 
 def script_name(run):
@@ -39,10 +54,8 @@ def by_script(run):  # table columns and curves in order of script, then seed
 
 
 def default_runs(folder, total_timesteps):
-    """The runs under `folder` that a script made on its own (its default exp_name) with total_timesteps steps."""
-    runs = [run for run in analysis.load_runs(folder) if run["config"].get("total_timesteps") == total_timesteps
-            and run["config"].get("exp_name") == script_name(run)]
-    return sorted(analysis.dedupe(runs), key=by_script)
+    """The README's runs (readme_runs) finished under `folder`."""
+    return sorted(sweep.select_runs(readme_runs(total_timesteps), folder), key=by_script)
 
 
 def run_labels(runs):
@@ -51,10 +64,11 @@ def run_labels(runs):
     return [os.path.basename(r["dir"]) if labels.count(label) > 1 else label for r, label in zip(runs, labels)]
 
 
-def tables(runs, width):
-    """The two Markdown tables: return per window of env steps (a column per run), then wall time and speed."""
+def tables(runs, width, references=None):
+    """The two Markdown tables: return per window of env steps (a column per run, then per reference), then wall
+    time and speed."""
     labels, cell = run_labels(runs), analysis.cell
-    returns = analysis.window_table(runs, labels, width)
+    returns = analysis.window_table(runs, labels, width, references)
     speeds = []
     for label, run in zip(labels, runs):
         d = analysis.run_diagnostics(run)
@@ -69,9 +83,10 @@ def count_text(n, thing):
     return f"{'one' if n == 1 else n} {thing}{'s' if n != 1 else ''}"
 
 
-def draw(runs, out, smooth_steps):
+def draw(runs, out, smooth_steps, references=None, width=100_000):
     """One curve per script (mean over its runs), return against env steps; the title says how many games and
-    seeds it rests on."""
+    seeds it rests on. A reference's window means are dots at each window's end, where a curve smoothed over
+    one window shows the same mean."""
     configs = [r["config"] for r in runs]
     games, seeds = sorted({c.get("env_id") for c in configs}), sorted({c.get("seed") for c in configs}, key=str)
     context = types.SimpleNamespace(envs=games, seeds=seeds, distribution_mode="/".join(
@@ -83,6 +98,9 @@ def draw(runs, out, smooth_steps):
         members = [r for r in runs if script_name(r) == script]
         stats = analysis.mean_curve([analysis.curve(r, smooth_steps=smooth_steps) for r in members])
         figures.plot_band(ax, stats, script + (f" (mean of {len(members)} runs)" if len(members) > 1 else ""))
+    for label, means in (references or {}).items():
+        ax.plot([width * (k + 1) for k in range(len(means))], means, ":o", markersize=3, linewidth=1,
+                label=f"{label}, mean per {width:,} env steps")
     ax.set_xlabel("env steps")
     ax.set_ylabel(f"episodic return, smoothed over {smooth_steps:,} env steps")
     figures.save_figure(fig, out)
@@ -92,26 +110,34 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="*", metavar="RUN_DIR", help="run folders, or folders holding them (default: the "
-                                                                "scripts' own runs in docs/runs, see below)")
+                                                                "README's runs in docs/runs, see below)")
     p.add_argument("-o", "--out", default=OUT, help="output image (PNG); default docs/figures/learning_1m.png")
     p.add_argument("--smooth-steps", type=int, default=100_000, help="moving average over this many env steps")
     p.add_argument("--window", type=int, default=100_000, help="the table's windows, in env steps")
     p.add_argument("--total-timesteps", type=int, default=1_000_000,
                    help="without RUN_DIRs: the length of the runs to take from docs/runs")
+    p.add_argument("--train", action="store_true", help="first train the README's runs that docs/runs lacks")
+    p.add_argument("--runs-dir", default=os.path.join(sweep.ROOT, "runs", "learning"), help="where --train trains")
     args = p.parse_args(argv)
     missing = [path for path in args.paths if not os.path.isdir(path)]
     if missing:
         p.error(f"not a folder: {', '.join(missing)}")
+    if args.train and args.paths:
+        p.error("--train trains the README's runs: give no RUN_DIR")
+    if args.train and sweep.run_all(readme_runs(args.total_timesteps), args.runs_dir, committed=RUNS):
+        sys.exit(f"a run failed; see {os.path.join(args.runs_dir, 'logs')}")
     if args.paths:
-        runs = sorted(analysis.load_runs(args.paths), key=by_script)
+        runs, references = sorted(analysis.load_runs(args.paths), key=by_script), None
     else:
-        runs = default_runs(RUNS, args.total_timesteps)
+        runs, references = default_runs(RUNS, args.total_timesteps), None
+        if args.total_timesteps == 1_000_000:  # CleanRL's numbers are of 1M-step runs
+            references = analysis.cleanrl_references(CONTROL, args.window)
     runs = [run for run in runs if run["rows"]]
     if not runs:
         p.error("no runs with progress found under " + (", ".join(args.paths) if args.paths else
-                f"{RUNS} made by a script on its own with --total-timesteps {args.total_timesteps}"))
-    draw(runs, args.out, args.smooth_steps)
-    print(tables(runs, args.window))
+                f"{RUNS}: the README's runs with --total-timesteps {args.total_timesteps} (--train trains them)"))
+    draw(runs, args.out, args.smooth_steps, references, args.window)
+    print(tables(runs, args.window, references))
     print(f"\nfigure {args.out}")
     return args.out
 

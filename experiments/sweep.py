@@ -49,9 +49,13 @@ PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coin
 # not the value passed on the command line (num_envs is checked as num_envs * batch_divisor instead).
 ADJUSTED = {"learning_rate", "adv_ewma_decay", "beta_prox", "n_pi"}
 NOT_CHECKED = {"cuda"}  # the device does not change what a run is
+# The official code's choice wherever CleanRL's differs (experiments/cleanrl_ablation.py measures each): the paper's
+# figures were made with them, so the figure runners pass them all, and the runs mean the same whatever the defaults.
+OFFICIAL_CODE = {"minibatch_by": "env", "vf_coef": 0.5, "clip_vloss": False, "norm_reward_gamma": 0.99,
+                 "max_grad_norm": 0.0, "adam_eps": 1e-8, "init": "normed"}
 # Flags added after some runs were made, with the value those runs had (each issue that added a flag kept the earlier
 # behaviour as its first default): a config.json without the key is read as having it.
-ADDED = {"clip_vloss": False, "adam_eps": 1e-8, "norm_reward_gamma": 0.99, "init": "normed"}
+ADDED = {k: OFFICIAL_CODE[k] for k in ("clip_vloss", "adam_eps", "norm_reward_gamma", "init")}
 
 
 @dataclasses.dataclass
@@ -359,8 +363,7 @@ def parse_sweep_args(parser, argv, paper, quick, tiny=None, **presets):
 def base_options(args, script):
     """Script options that come from the shared flags (sizes, difficulty, PPG phase for tiny runs)."""
     options = {"distribution_mode": args.distribution_mode, "num_envs": args.num_envs, "num_steps": args.num_steps,
-               "num_minibatches": args.num_minibatches,
-               "minibatch_by": "env"}  # the paper's minibatches (official code); named so older runs are not reused
+               "num_minibatches": args.num_minibatches, **OFFICIAL_CODE}
     if script.startswith("ppg"):
         for dest in ("n_pi", "e_aux"):
             if getattr(args, dest, None) is not None:

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, load
-from synthetic_runs import figures, load_experiment, sweep, write_run
+from synthetic_runs import figures, has, load_experiment, sweep, write_run
 
 COMMITTED = os.path.join(ROOT, "docs", "runs")
 learning_curve = load_experiment("learning_curve")
@@ -70,13 +70,22 @@ def problems(run_dir, plans, capsys):
     if argv is None:
         return found + [f"exp_name {config['exp_name']!r} is neither its script's name nor a run of "
                         "fig2_batch_size.py --cpu: which command made it?"]
+    differ = differences(config, argv, capsys)
+    if differ and config["exp_name"] == config["script"][:-3]:  # a script's own run from before issue 36 changed
+        former = differences(config, argv + sweep.option_tokens(sweep.OFFICIAL_CODE), capsys)  # the defaults
+        differ = differ if former else []
+    return found + differ
+
+
+def differences(config, argv, capsys):
+    """How config.json differs from what today's script records for the command line argv."""
     try:
         today = vars(load(config["script"][:-3]).parse_args(argv))
     except SystemExit:
-        return found + [f"today's {config['script']} refuses {' '.join(argv)}: {capsys.readouterr().err.strip()}"]
+        return [f"today's {config['script']} refuses {' '.join(argv)}: {capsys.readouterr().err.strip()}"]
     today = {k: list(v) if isinstance(v, tuple) else v for k, v in today.items()}  # JSON has lists for tuples
-    skip = PER_LAUNCH + DERIVED
-    for key in sorted((set(config) | set(today)) - set(skip)):
+    found = []
+    for key in sorted((set(config) | set(today)) - set(PER_LAUNCH + DERIVED)):
         if key not in today:
             found.append(f"{key}: in config.json, not a flag of today's {config['script']}")
         elif key not in config:
@@ -94,9 +103,9 @@ def test_every_committed_run_is_complete_and_what_todays_script_would_run(capsys
     for run_dir in committed_folders():
         found = problems(run_dir, plans, capsys)
         if not found:
-            config = json.load(open(os.path.join(run_dir, "config.json")))
-            key = (config["env_id"], config["exp_name"], config["seed"])
-            if key in keys:  # the figures would show one of them only
+            config = {**sweep.ADDED, **json.load(open(os.path.join(run_dir, "config.json")))}
+            key = (config["env_id"], config["exp_name"], config["seed"], *map(config.get, sweep.OFFICIAL_CODE))
+            if key in keys:  # the figures would show one of them only (a default run before and after issue 36: both)
                 found.append(f"the same run as {os.path.basename(keys[key])}")
             keys[key] = run_dir
         if found:
@@ -141,6 +150,8 @@ def test_the_check_fails_when_a_default_changes(tmp_path, capsys):
         return problems(folder, plans, capsys)
     assert check("ppo", plain) == [] and check("ppo_ewma", fig2_argv) == []
     assert check("ppo", plain, cuda=True, runs_dir="elsewhere", resume="runs/x", micro_batch_size=0) == []
+    assert check("ppo", plain, **sweep.OFFICIAL_CODE) == []  # a default run from before issue 36 changed the defaults
+    assert check("ppo", plain, **{**sweep.OFFICIAL_CODE, "adam_eps": 1e-6})[0].startswith("adam_eps")  # not both
     # the same runs after a default changed, a flag was added or removed, or the run stopped early
     assert check("ppo", plain, gamma=0.99)[0].startswith("gamma: config.json has 0.99, today's ppo.py")
     assert check("ppo_ewma", fig2_argv, beta_prox=0.5)[0].startswith("beta_prox: config.json has 0.5")
@@ -161,6 +172,7 @@ def test_figure_commands_draw_the_committed_runs(tmp_path, capsys):
         assert os.path.getsize(out) > 0
         printed = capsys.readouterr().out
         assert all(label in printed for label in learning_curve.run_labels(runs))
+        assert "| CleanRL seed 1 (GPU) | CleanRL seed 2 (GPU) | CleanRL seed 1 (this CPU) |" in printed
     fig2_runs = [d for d in committed_folders() if os.path.basename(d).split("__")[1:2] == ["fig2"]]
     if fig2_runs:
         figure, summary = batch_size.main(["--cpu", "--plot-only", "--runs-dir", str(tmp_path / "runs"),
@@ -169,20 +181,28 @@ def test_figure_commands_draw_the_committed_runs(tmp_path, capsys):
         assert sorted(row["run"] for row in csv.DictReader(open(summary))) == sorted(map(os.path.basename, fig2_runs))
 
 
+def test_the_readme_runs_name_todays_defaults():
+    for script in sweep.SCRIPTS:
+        defaults = vars(load(script).parse_args([]))
+        assert {k: defaults[k] for k in learning_curve.DEFAULTS} == learning_curve.DEFAULTS, script
+
+
 # --- learning_curve.py on synthetic runs ---------------------------------------------------------------
 def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch):
     runs = tmp_path / "docs_runs"
     # ppo: 10 iterations of 30,000 steps, 3 s each; ppo_ewma: 6 of 50,000, 5 s each; both 300,000 steps
+    today = {"total_timesteps": 300_000, "save_model": True, **learning_curve.DEFAULTS}
     write_run(runs, "starpilot", "ppo", 1, [1, 2, 3, 4, 5, 6, None, 8, 9, 10], batch=30_000, seconds_per_iteration=3,
-              config={"script": "ppo.py", "total_timesteps": 300_000},
-              extra={"sps": [10, 20, 30, 40, 50, 60, 70, 80, 90, 5]})
+              config={"script": "ppo.py", **today}, extra={"sps": [10, 20, 30, 40, 50, 60, 70, 80, 90, 5]})
     write_run(runs, "starpilot", "ppo_ewma", 1, [2, 4, 6, 8, 10, 12], batch=50_000, seconds_per_iteration=5,
-              config={"script": "ppo_ewma.py", "total_timesteps": 300_000})
-    # not taken by default: a figure runner's run, and a run of another length
+              config={"script": "ppo_ewma.py", **today})
+    # not taken by default: a figure runner's run, a run of another length, one at other defaults, another game
     write_run(runs, "starpilot", "fig2__ppo_ewma__div1", 1, [0] * 6, batch=50_000,
-              config={"script": "ppo_ewma.py", "total_timesteps": 300_000})
+              config={"script": "ppo_ewma.py", **today})
     write_run(runs / "longer", "starpilot", "ppo", 1, [0] * 12, batch=50_000,
-              config={"script": "ppo.py", "total_timesteps": 600_000})
+              config={"script": "ppo.py", **today, "total_timesteps": 600_000})
+    write_run(runs, "starpilot", "ppo", 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today, "adam_eps": 1})
+    write_run(runs, "bigfish", "ppo", 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today})
     monkeypatch.setattr(learning_curve, "RUNS", str(runs))
     drawn, save = {}, figures.save_figure
 
@@ -209,10 +229,18 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     # run folders on the command line: every run there, whatever made it; a shared label becomes the folder name
     learning_curve.main([str(runs), "-o", out])
     header = capsys.readouterr().out.split("\n")[2]
-    assert header.count("|") == 6 and "starpilot__ppo__1__1001" in header and "fig2__ppo_ewma__div1" in header
+    assert header.count("|") == 8 and "starpilot__ppo__1__1001" in header and "fig2__ppo_ewma__div1" in header
     with pytest.raises(SystemExit) as exit_info:
         learning_curve.main([str(tmp_path / "figures"), "-o", out])
     assert exit_info.value.code == 2 and "no runs" in capsys.readouterr().err
+    # --train: the README's runs, at today's defaults named on their command lines, committed to docs/runs
+    trained = []
+    monkeypatch.setattr(sweep, "run_all", lambda runs, runs_dir, committed: trained.append((runs, committed)) or [])
+    learning_curve.main(["--train", "--total-timesteps", "300000", "-o", out])
+    (planned, committed), = trained
+    assert committed == str(runs) and [(r.script, r.seed) for r in planned] == [
+        ("ppo", 1), ("ppo", 2), ("ppo_ewma", 1), ("ppo_ewma", 2)]
+    assert all(has(sweep.command(r, "x"), "--init", learning_curve.DEFAULTS["init"]) for r in planned)
 
 
 def test_git_keeps_a_committed_runs_files_and_leaves_out_its_checkpoint():

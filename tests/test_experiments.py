@@ -210,6 +210,8 @@ def test_batch_size_runner_commands():
     assert has(cmds[("all", 4)], "--batch-divisor", "4") and "--no-adjust" not in cmds[("all", 4)]
     assert cmds[("no-lr", 1)] == cmds[("all", 1)]  # nothing to adjust at C = 1: the ablation is the full run
     assert cmds[("no-ewma", 4)][1].endswith(os.sep + "ppg.py") and has(cmds[("no-ewma", 4)], "--batch-divisor", "4")
+    for cmd in cmds.values():  # the paper's figures: the official code's choices, whatever the defaults
+        assert has(cmd, "--minibatch-by", "env") and has(cmd, "--init", "normed") and "--no-clip-vloss" in cmd
     assert not any("--update-epochs" in c or "--save-model" in c for c in cmds.values())  # PPG: 1 policy epoch anyway
     ppo = batch_size.build_runs(batch_size.parse_args(["--script", "ppo_ewma", "--variants", "all", "no-ewma"]))
     assert {r.script for r in ppo} == {"ppo_ewma", "ppo"} and all(r.options["update_epochs"] == 1 for r in ppo)
@@ -323,6 +325,7 @@ def test_cleanrl_ablation_runs_pass_every_group_and_its_table_drops_a_resumed_it
     flags = {k for official, cleanrl in ablation.GROUPS.values() for k in {**official, **cleanrl}}
     for run in ablation.plan(sorted(ablation.STAGES)):  # every flag of every group, whatever the defaults become
         assert flags <= set(run.options) and run.total_timesteps == 1_000_000
+    assert {k: v for official, _ in ablation.GROUPS.values() for k, v in official.items()} == sweep.OFFICIAL_CODE
     # iterations of 30,000 steps to 120,000; the 150k one overshoots, the 2nd is the first after a resume
     run_dir = write_run(tmp_path, "starpilot", "x", 1, [1, 9, 3, 4, 100], batch=30_000,
                         config={"total_timesteps": 120_000})
