@@ -15,9 +15,11 @@ Stage 1: the first three (seed 1) and none (seed 2). Stage 2: all four (seed 1),
 short of CleanRL while CleanRL's own script, run here as the control (docs/cleanrl/), did not; the differences left
 are the initialisation, advantage normalisation per minibatch, reward statistics updated per step and Procgen's
 seeding. Stage 3, as stage 2 learned like CleanRL where stage 1's first run had not: the initialisation alone
-(seed 2, the defaults' second seed), whether it is enough. Stage 4: the 2^(4-1) fractional factorial that separates
-the four groups (init switched exactly where an odd number of the other three are; resolution IV: no main effect
-aliased with a pair's), a new seed per run: its corners "none" and "all four" are stages 1 and 2, six runs are new.
+(seed 2, the defaults' second seed), whether it is enough. Stage 4: all four with seed 2, the seed of the defaults'
+and the initialisation's second runs: whether all four learn like CleanRL on a second seed too, which decides
+between the initialisation alone and all four as the new defaults. Stage 5: the 2^(4-1) fractional factorial that separates the four groups (init switched exactly where
+an odd number of the other three are; resolution IV: no main effect aliased with a pair's), a new seed per run:
+its corners "none" and "all four" are stages 1 and 2, six runs are new.
 Each run takes ~75 min on both cores of the 2-core machine (~220 env steps/s); they run one at a time.
 """
 import argparse
@@ -41,7 +43,8 @@ GROUPS = {  # group: (official code, CleanRL)
 STAGES = {1: [(("mb", "vf", "gc"), 1), ((), 2)],
           2: [(("mb", "vf", "gc", "init"), 1)],
           3: [(("init",), 2)],
-          4: [(groups, seed) for seed, groups in zip(itertools.count(3), [
+          4: [(("mb", "vf", "gc", "init"), 2)],
+          5: [(groups, seed) for seed, groups in zip(itertools.count(3), [
               ("mb", "init"), ("vf", "init"), ("gc", "init"), ("mb", "vf"), ("mb", "gc"), ("vf", "gc")])]}
 
 
