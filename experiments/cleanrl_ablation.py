@@ -17,9 +17,9 @@ are the initialisation, advantage normalisation per minibatch, reward statistics
 seeding. Stage 3, as stage 2 learned like CleanRL where stage 1's first run had not: the initialisation alone
 (seed 2, the defaults' second seed), whether it is enough. Stage 4: all four with seed 2, the seed of the defaults'
 and the initialisation's second runs: whether all four learn like CleanRL on a second seed too, which decides
-between the initialisation alone and all four as the new defaults. Stage 5: the 2^(4-1) fractional factorial that separates the four groups (init switched exactly where
-an odd number of the other three are; resolution IV: no main effect aliased with a pair's), a new seed per run:
-its corners "none" and "all four" are stages 1 and 2, six runs are new.
+between the initialisation alone and all four as the new defaults. Stage 5: the 2^(4-1) fractional factorial that
+separates the four groups (init switched exactly where an odd number of the other three are; resolution IV: no main
+effect aliased with a pair's), a new seed per run: its corners "none" and "all four" are stages 1 and 2.
 Each run takes ~75 min on both cores of the 2-core machine (~220 env steps/s); they run one at a time.
 """
 import argparse
