@@ -233,6 +233,9 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit) as exit_info:
         learning_curve.main([str(tmp_path / "figures"), "-o", out])
     assert exit_info.value.code == 2 and "no runs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # --train trains the README's runs, not folders given
+        learning_curve.main(["--train", str(runs), "-o", out])
+    assert exit_info.value.code == 2 and "give no RUN_DIR" in capsys.readouterr().err
     # --train: the README's runs, at today's defaults named on their command lines, committed to docs/runs
     trained = []
     monkeypatch.setattr(sweep, "run_all", lambda runs, runs_dir, committed: trained.append((runs, committed)) or [])
