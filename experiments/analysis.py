@@ -103,6 +103,19 @@ def load_runs(paths):
     return [load_run(d) for d in find_run_dirs([paths] if isinstance(paths, str) else paths)]
 
 
+# The first iteration after each --resume of a committed run, by run folder, from the runs' logs (docs/results.md for
+# the first two): Procgen's levels cannot be restored, so its episodes start afresh (shorter, lower returns).
+RESUMED = {"starpilot__ppo__1__1795462513": (61,), "starpilot__ppo_ewma__1__1795462513": (41,),
+           "starpilot__ablation__ppo__official__2__1795602317": (31,),
+           "starpilot__ablation__ppo__init__2__1795622034": (41,)}
+
+
+def without_resumed(run):
+    """The run without the first iteration after each of its resumes (RESUMED), for window means and curves."""
+    skip = RESUMED.get(os.path.basename(os.path.normpath(run["dir"])), ())
+    return {**run, "rows": [row for row in run["rows"] if row["iteration"] not in skip]}
+
+
 # --- Analysis ------------------------------------------------------------------------------------------
 def smooth(values, k):
     """Trailing moving average over the last k finite values (k <= 1: unchanged); nan stays nan."""

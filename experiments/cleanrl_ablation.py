@@ -51,9 +51,6 @@ STAGES = {1: [(("mb", "vf", "gc"), 1), ((), 2)],
 # The committed 1M-step default run of seed 1 (the defaults of its time: the official code's choice in each group)
 DEFAULT_RUN = sweep.Job("ppo", "starpilot", 1, "ppo", 1_000_000, sweep.OFFICIAL_CODE,
                         tags={"groups": "official (default run)", "stage": 0})
-# The first iteration after each --resume, by run folder: its episodes start afresh on new levels (shorter, lower
-# returns), so it is left out of the window means. From the runs' logs (docs/results.md for the default run).
-RESUMED = {"starpilot__ppo__1__1795462513": (61,), "starpilot__ablation__ppo__official__2__1795602317": (31,)}
 CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run here: its episodes, a CSV per run
 
 
@@ -101,9 +98,8 @@ def tables(loaded, width=100_000):
     """Markdown: the return per window of env steps beside CleanRL's; then each run's flags (those of the groups
     switched to CleanRL's), mean clip fraction and approx_kl, wall time and median speed."""
     labels = [f"{r['tags']['groups']} seed {r['config']['seed']}" for r in loaded]
-    loaded = [{**run, "rows": [row for row in analysis.in_steps(run["rows"], 0, run["config"]["total_timesteps"])
-                               if row["iteration"] not in RESUMED.get(os.path.basename(run["dir"]), ())]}
-              for run in loaded]  # to 1M (the 62nd iteration ends past it), fresh episodes after a resume left out
+    loaded = [{**run, "rows": analysis.in_steps(run["rows"], 0, run["config"]["total_timesteps"])}
+              for run in map(analysis.without_resumed, loaded)]  # to 1M (the 62nd iteration ends past it)
     rows = []
     for label, run in zip(labels, loaded):
         d = analysis.run_diagnostics(run)

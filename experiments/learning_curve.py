@@ -14,12 +14,13 @@ them (its GPU runs of issue 36 and its own script run on this CPU, docs/cleanrl/
 docs/runs lacks, one at a time (a cut run resumes from its checkpoint), and commits each there.
 With RUN_DIRs (run folders, or folders holding them) it takes every run there, and no CleanRL reference.
 
-The curves are smoothed over --smooth-steps env steps, a window in env steps rather than iterations, so
-that runs with different batch sizes are smoothed alike; runs of the same script are averaged (band: +-1
-std). The first table has the mean return of the iterations whose global_step falls in each window of
---window env steps; the second has each run's env steps, wall time (its last time_s) and speed (env steps
-/ wall time, and the median of its per-iteration sps). One or two seeds of one game show that a script learns,
-not which one learns better.
+The first iteration after a resume plays fresh levels (shorter episodes, lower returns): in the runs of
+analysis.RESUMED it is left out of the curves and tables. The curves are smoothed over --smooth-steps env steps,
+a window in env steps rather than iterations, so that runs with different batch sizes are smoothed alike; runs
+of the same script are averaged (band: +-1 std). The first table has the mean return of the iterations whose
+global_step falls in each window of --window env steps; the second has each run's env steps, wall time (its
+last time_s) and speed (env steps / wall time, and the median of its per-iteration sps). One or two seeds of
+one game show that a script learns, not which one learns better.
 """
 import argparse
 import os
@@ -76,7 +77,8 @@ def tables(runs, width, references=None):
                        cell(d["sps_mean"], "{:.0f}"), cell(d["sps_median"], "{:.0f}")])
     speed = analysis.markdown_table(["run", "env steps", "wall time", "env steps/s (steps / wall time)",
                                      "env steps/s (median of sps)"], speeds)
-    return f"Mean episodic return per {width:,} env steps\n\n{returns}\n\nWall time and speed\n\n{speed}"
+    return (f"Mean episodic return per {width:,} env steps (the first iteration after a resume left out)\n\n{returns}"
+            f"\n\nWall time and speed\n\n{speed}")
 
 
 def count_text(n, thing):
@@ -132,7 +134,7 @@ def main(argv=None):
         runs, references = default_runs(RUNS, args.total_timesteps), None
         if args.total_timesteps == 1_000_000:  # CleanRL's numbers are of 1M-step runs
             references = analysis.cleanrl_references(CONTROL, args.window)
-    runs = [run for run in runs if run["rows"]]
+    runs = [analysis.without_resumed(run) for run in runs if run["rows"]]
     if not runs:
         p.error("no runs with progress found under " + (", ".join(args.paths) if args.paths else
                 f"{RUNS}: the README's runs with --total-timesteps {args.total_timesteps} (--train trains them)"))

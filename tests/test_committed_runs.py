@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, load
-from synthetic_runs import figures, has, load_experiment, sweep, write_run
+from synthetic_runs import analysis, figures, has, load_experiment, sweep, write_run
 
 COMMITTED = os.path.join(ROOT, "docs", "runs")
 learning_curve = load_experiment("learning_curve")
@@ -244,6 +244,13 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     assert committed == str(runs) and [(r.script, r.seed) for r in planned] == [
         ("ppo", 1), ("ppo", 2), ("ppo_ewma", 1), ("ppo_ewma", 2)]
     assert all(has(sweep.command(r, "x"), "--init", learning_curve.DEFAULTS["init"]) for r in planned)
+
+
+def test_learning_curve_leaves_out_the_first_iteration_after_a_resume(tmp_path, capsys, monkeypatch):
+    run = write_run(tmp_path, "starpilot", "ppo", 1, [1, 2, 9, 4, 5, 6], batch=50_000, config={"script": "ppo.py"})
+    monkeypatch.setattr(analysis, "RESUMED", {os.path.basename(run): (3,)})  # resumed from iteration 2's checkpoint
+    learning_curve.main([run, "-o", str(tmp_path / "curve.png"), "--smooth-steps", "50000"])
+    assert "| (0, 100k] | 1.50 |\n| (100k, 200k] | 4.00 |\n| (200k, 300k] | 5.50 |" in capsys.readouterr().out
 
 
 def test_git_keeps_a_committed_runs_files_and_leaves_out_its_checkpoint():

@@ -334,7 +334,7 @@ def test_cleanrl_ablation_runs_pass_every_group_and_its_table_drops_a_resumed_it
     control.mkdir()
     (control / "seed1_episodes.csv").write_text("global_step,episodic_return\n90000,5.0\n110000,7.0\n")
     (control / "seed1_iterations.csv").write_text("global_step,clipfrac\n16384,0.0\n")  # not a column
-    monkeypatch.setattr(ablation, "RESUMED", {os.path.basename(run_dir): (2,)})
+    monkeypatch.setattr(analysis, "RESUMED", {os.path.basename(run_dir): (2,)})
     monkeypatch.setattr(ablation, "CONTROL", str(control))
     monkeypatch.setattr(analysis, "CLEANRL_STARPILOT_1M", {"GPU": [0.5, 1.5, 2.5]})
     lines = ablation.tables([run], width=100_000).splitlines()
