@@ -54,7 +54,7 @@ def parse_args(argv=None):
     a("--num-steps", type=int, default=256, help="steps per environment per rollout (T)")
     # optimisation (Appendix B, Tables 1 and 3)
     a("--num-minibatches", type=int, default=8, help="minibatches per epoch")
-    a("--minibatch-by", default="env", choices=("env", "step"), help="whole trajectories (official) or steps (CleanRL)")
+    a("--minibatch-by", default="step", choices=("step", "env"), help="steps (CleanRL) or trajectories (official)")
     a("--n-pi", type=int, default=32, help="policy iterations per phase (N_pi)")
     a("--e-pi", type=int, default=1, help="policy epochs per policy-phase iteration (E_pi)")
     a("--e-v", type=int, default=1, help="value epochs per policy-phase iteration (E_V)")
@@ -66,13 +66,13 @@ def parse_args(argv=None):
     a("--clip-coef", type=float, default=0.2, help="PPO clipping parameter (epsilon); 0 = no clipping")
     a("--kl-penalty", type=float, default=0.0, help="KL penalty coefficient (beta in eq. 8); 0 = off")
     a("--ent-coef", type=float, default=0.01, help="entropy coefficient")
-    a("--vf-coef", type=float, default=0.5, help="value function coefficient")
-    a("--clip-vloss", action=yes_no, default=False, help="clip value updates at --clip-coef (CleanRL)")
-    a("--max-grad-norm", type=float, default=0.0, help="gradient norm clip; 0 = off (official code)")
-    a("--adam-eps", type=float, default=1e-8, help="Adam's epsilon (official 1e-8, CleanRL 1e-5)")
-    a("--init", default="normed", choices=("normed", "pytorch"), help="weights: official code's or CleanRL's (Network)")
+    a("--vf-coef", type=float, default=0.25, help="value function coefficient (official code 0.5)")
+    a("--clip-vloss", action=yes_no, default=True, help="clip value updates at --clip-coef (CleanRL; official: no)")
+    a("--max-grad-norm", type=float, default=0.5, help="gradient norm clip; 0 = off (official code)")
+    a("--adam-eps", type=float, default=1e-5, help="Adam's epsilon (CleanRL 1e-5, official 1e-8)")
+    a("--init", default="pytorch", choices=("pytorch", "normed"), help="weights: CleanRL's or the official code's")
     a("--norm-reward", action=yes_no, default=True, help="reward normalisation")
-    a("--norm-reward-gamma", type=float, default=0.99, help="discount of the return that scales rewards")
+    a("--norm-reward-gamma", type=float, default=0.999, help="discount of the return scaling rewards (official 0.99)")
     a("--norm-adv", action=yes_no, default=True, help="advantage normalisation")
     a("--adv-ewma-decay", type=float, default=0.0, help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
@@ -165,8 +165,7 @@ def make_env(args, seed):
 
 # --- Network: IMPALA CNN (Espeholt et al. 2018) ------------------------------------------------------
 def normed(layer, scale):
-    """The official code's initialisation (--init normed): every output unit's weight vector is
-    rescaled to norm `scale` and biases start at zero, so each layer's output scale is set by design."""
+    """--init normed, the official code's: each output unit's weights rescaled to norm `scale`, zero biases."""
     with torch.no_grad():
         layer.weight.mul_(scale / layer.weight.flatten(1).norm(dim=1).view(-1, *[1] * (layer.weight.dim() - 1)))
         layer.bias.zero_()
@@ -174,7 +173,8 @@ def normed(layer, scale):
 
 
 def pytorch_init(agent):
-    """--init pytorch, CleanRL's: PyTorch's defaults, then orthogonal heads, gain 0.01 for logits and 1 for values."""
+    """--init pytorch (default; CleanRL's): PyTorch's defaults in place of the layers' normed weights, then orthogonal
+    heads, gain 0.01 for logits and 1 for values, so that the policy starts near uniform."""
     for layer in [m for m in agent.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]:
         layer.reset_parameters()
         if layer.weight.shape[0] in (1, NUM_ACTIONS):  # a head: no conv or hidden layer has 1 or 15 outputs
@@ -517,7 +517,7 @@ def main(argv=None):
         return evaluate_saved_agent(args, device)
     agent = Agent(NUM_ACTIONS).to(device)
     if args.init == "pytorch":
-        pytorch_init(agent)  # CleanRL's initialisation instead of the official code's (Network)
+        pytorch_init(agent)  # the default: CleanRL's initialisation in place of the official code's (Network)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=args.adam_eps)
     reward_normalizer = RewardNormalizer(args.num_envs, args.norm_reward_gamma).to(device)  # pooled over workers
     adv_moments = AdvantageMoments(args.adv_ewma_decay).to(device)

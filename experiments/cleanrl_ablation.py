@@ -33,13 +33,9 @@ import analysis  # noqa: E402
 import sweep  # noqa: E402
 
 COMMITTED = os.path.join(sweep.ROOT, "docs", "runs")
-GROUPS = {  # group: (official code, CleanRL)
-    "mb": ({"minibatch_by": "env"}, {"minibatch_by": "step"}),
-    "vf": ({"vf_coef": 0.5, "clip_vloss": False, "norm_reward_gamma": 0.99},
-           {"vf_coef": 0.25, "clip_vloss": True, "norm_reward_gamma": 0.999}),
-    "gc": ({"max_grad_norm": 0.0, "adam_eps": 1e-8}, {"max_grad_norm": 0.5, "adam_eps": 1e-5}),
-    "init": ({"init": "normed"}, {"init": "pytorch"}),
-}
+# group: its flags (their values: sweep.OFFICIAL_CODE's or sweep.CLEANRL's)
+GROUPS = {"mb": ("minibatch_by",), "vf": ("vf_coef", "clip_vloss", "norm_reward_gamma"),
+          "gc": ("max_grad_norm", "adam_eps"), "init": ("init",)}
 # (groups switched to CleanRL's, seed) of each stage
 STAGES = {1: [(("mb", "vf", "gc"), 1), ((), 2)],
           2: [(("mb", "vf", "gc", "init"), 1)],
@@ -63,8 +59,8 @@ def plan(stages, script="ppo", total_timesteps=1_000_000):
     for stage in stages:
         for groups, seed in STAGES[stage]:
             options = {"save_model": True}
-            for group, (official, cleanrl) in GROUPS.items():
-                options.update(cleanrl if group in groups else official)
+            for group, flags in GROUPS.items():
+                options.update({k: (sweep.CLEANRL if group in groups else sweep.OFFICIAL_CODE)[k] for k in flags})
             runs.append(sweep.Job(script, "starpilot", seed, exp_name(script, groups), total_timesteps, options,
                                   tags={"groups": "+".join(groups) or "official", "stage": stage}))
     return runs
@@ -104,7 +100,7 @@ def tables(loaded, width=100_000):
     for label, run in zip(labels, loaded):
         d = analysis.run_diagnostics(run)
         groups = [group for group in run["tags"]["groups"].split("+") if group in GROUPS]
-        flags = {k: v for group in groups for k, v in GROUPS[group][1].items()}
+        flags = {k: sweep.CLEANRL[k] for group in groups for k in GROUPS[group]}
         rows.append([label, " ".join(sweep.option_tokens(flags)) or "(none)", analysis.cell(d["clipfrac"], "{:.3f}"),
                      analysis.cell(d["approx_kl"], "{:.4f}"), sweep.format_wall_time(d["time_s"]),
                      analysis.cell(d["sps_median"], "{:.0f}")])

@@ -9,7 +9,8 @@ Without RUN_DIRs it takes the README's runs from docs/runs: ppo.py and ppo_ewma.
 (easy), seeds 1 and 2, --total-timesteps env steps (1M by default), each made by
     python ppo.py --env-id starpilot --seed 1 --total-timesteps 1000000 --save-model    (and ppo_ewma.py)
 with DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
-defaults), so that a run made at earlier defaults is not taken; and it sets CleanRL's return per window beside
+defaults), so that a run made at earlier defaults is not taken, and ppo.py's with the --exp-name of the ablation
+that made them (experiments/cleanrl_ablation.py, all four groups); and it sets CleanRL's return per window beside
 them (its GPU runs of issue 36 and its own script run on this CPU, docs/cleanrl/). --train trains the runs that
 docs/runs lacks, one at a time (a cut run resumes from its checkpoint), and commits each there.
 With RUN_DIRs (run folders, or folders holding them) it takes every run there, and no CleanRL reference.
@@ -29,21 +30,25 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import analysis  # noqa: E402
+import cleanrl_ablation  # noqa: E402
 import figures  # noqa: E402
 import sweep  # noqa: E402
 
 RUNS = os.path.join(sweep.ROOT, "docs", "runs")
 OUT = os.path.join(sweep.ROOT, "docs", "figures", "learning_1m.png")
 CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run on this CPU (issue 36)
-# Today's defaults of the flags where the official code and CleanRL differ (sweep.OFFICIAL_CODE; a test checks
+# Today's defaults of the flags where the official code and CleanRL differ (CleanRL's since issue 36; a test checks
 # them against the scripts): the README's runs name them, so that a run made at earlier defaults is not taken.
-DEFAULTS = dict(sweep.OFFICIAL_CODE)
+DEFAULTS = dict(sweep.CLEANRL)
 SEEDS = (1, 2)
+# ppo.py's runs at these defaults are the ablation's with all four groups at CleanRL's choice (seeds 1 and 2): the
+# same command but for --exp-name, so they are taken rather than trained again.
+EXP_NAMES = {"ppo": cleanrl_ablation.exp_name("ppo", cleanrl_ablation.GROUPS), "ppo_ewma": "ppo_ewma"}
 
 
 def readme_runs(total_timesteps):
-    return [sweep.Job(script, "starpilot", seed, script, total_timesteps, {"save_model": True, **DEFAULTS})
-            for script in ("ppo", "ppo_ewma") for seed in SEEDS]
+    return [sweep.Job(script, "starpilot", seed, exp_name, total_timesteps, {"save_model": True, **DEFAULTS})
+            for script, exp_name in EXP_NAMES.items() for seed in SEEDS]
 
 
 def script_name(run):

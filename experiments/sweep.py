@@ -49,10 +49,13 @@ PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coin
 # not the value passed on the command line (num_envs is checked as num_envs * batch_divisor instead).
 ADJUSTED = {"learning_rate", "adv_ewma_decay", "beta_prox", "n_pi"}
 NOT_CHECKED = {"cuda"}  # the device does not change what a run is
-# The official code's choice wherever CleanRL's differs (experiments/cleanrl_ablation.py measures each): the paper's
-# figures were made with them, so the figure runners pass them all, and the runs mean the same whatever the defaults.
+# The official code's choice wherever CleanRL's differs, and CleanRL's, the scripts' defaults since issue 36
+# (experiments/cleanrl_ablation.py measures them): the paper's figures were made with the official code's, so the
+# figure runners pass them all, and the runs mean the same whatever the defaults.
 OFFICIAL_CODE = {"minibatch_by": "env", "vf_coef": 0.5, "clip_vloss": False, "norm_reward_gamma": 0.99,
                  "max_grad_norm": 0.0, "adam_eps": 1e-8, "init": "normed"}
+CLEANRL = {"minibatch_by": "step", "vf_coef": 0.25, "clip_vloss": True, "norm_reward_gamma": 0.999,
+           "max_grad_norm": 0.5, "adam_eps": 1e-5, "init": "pytorch"}
 # Flags added after some runs were made, with the value those runs had (each issue that added a flag kept the earlier
 # behaviour as its first default): a config.json without the key is read as having it.
 ADDED = {k: OFFICIAL_CODE[k] for k in ("clip_vloss", "adam_eps", "norm_reward_gamma", "init")}

@@ -185,6 +185,10 @@ def test_the_readme_runs_name_todays_defaults():
     for script in sweep.SCRIPTS:
         defaults = vars(load(script).parse_args([]))
         assert {k: defaults[k] for k in learning_curve.DEFAULTS} == learning_curve.DEFAULTS, script
+    # ppo.py's are the ablation's runs with all four groups switched: the same options, so today's defaults
+    all_four = [r for r in ablation.plan(sorted(ablation.STAGES)) if r.tags["groups"] == "+".join(ablation.GROUPS)]
+    readme = [r for r in learning_curve.readme_runs(1_000_000) if r.script == "ppo"]
+    assert [(r.exp_name, r.seed, r.options) for r in readme] == [(r.exp_name, r.seed, r.options) for r in all_four]
 
 
 # --- learning_curve.py on synthetic runs ---------------------------------------------------------------
@@ -192,17 +196,18 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     runs = tmp_path / "docs_runs"
     # ppo: 10 iterations of 30,000 steps, 3 s each; ppo_ewma: 6 of 50,000, 5 s each; both 300,000 steps
     today = {"total_timesteps": 300_000, "save_model": True, **learning_curve.DEFAULTS}
-    write_run(runs, "starpilot", "ppo", 1, [1, 2, 3, 4, 5, 6, None, 8, 9, 10], batch=30_000, seconds_per_iteration=3,
+    ppo = learning_curve.EXP_NAMES["ppo"]  # the ablation's name: its runs with all four groups are the README's
+    write_run(runs, "starpilot", ppo, 1, [1, 2, 3, 4, 5, 6, None, 8, 9, 10], batch=30_000, seconds_per_iteration=3,
               config={"script": "ppo.py", **today}, extra={"sps": [10, 20, 30, 40, 50, 60, 70, 80, 90, 5]})
     write_run(runs, "starpilot", "ppo_ewma", 1, [2, 4, 6, 8, 10, 12], batch=50_000, seconds_per_iteration=5,
               config={"script": "ppo_ewma.py", **today})
     # not taken by default: a figure runner's run, a run of another length, one at other defaults, another game
     write_run(runs, "starpilot", "fig2__ppo_ewma__div1", 1, [0] * 6, batch=50_000,
               config={"script": "ppo_ewma.py", **today})
-    write_run(runs / "longer", "starpilot", "ppo", 1, [0] * 12, batch=50_000,
+    write_run(runs / "longer", "starpilot", ppo, 1, [0] * 12, batch=50_000,
               config={"script": "ppo.py", **today, "total_timesteps": 600_000})
-    write_run(runs, "starpilot", "ppo", 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today, "adam_eps": 1})
-    write_run(runs, "bigfish", "ppo", 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today})
+    write_run(runs, "starpilot", ppo, 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today, "adam_eps": 1})
+    write_run(runs, "bigfish", ppo, 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today})
     monkeypatch.setattr(learning_curve, "RUNS", str(runs))
     drawn, save = {}, figures.save_figure
 
@@ -229,7 +234,7 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     # run folders on the command line: every run there, whatever made it; a shared label becomes the folder name
     learning_curve.main([str(runs), "-o", out])
     header = capsys.readouterr().out.split("\n")[2]
-    assert header.count("|") == 8 and "starpilot__ppo__1__1001" in header and "fig2__ppo_ewma__div1" in header
+    assert header.count("|") == 8 and f"starpilot__{ppo}__1__1001" in header and "fig2__ppo_ewma__div1" in header
     with pytest.raises(SystemExit) as exit_info:
         learning_curve.main([str(tmp_path / "figures"), "-o", out])
     assert exit_info.value.code == 2 and "no runs" in capsys.readouterr().err

@@ -235,7 +235,7 @@ def test_ewma_runner_commands():
 CPU_RUNS = {(1, ()), (4, ()), (16, ()), (16, ("lr",)), (16, ("prox",)), (16, ("adv",))}  # (C, --no-adjust)
 
 
-def test_cpu_preset_plans_six_ppo_ewma_runs_at_the_scripts_defaults(tmp_path, capsys):
+def test_cpu_preset_plans_six_ppo_ewma_runs_at_the_scripts_defaults_and_the_official_codes_choices(tmp_path, capsys):
     batch_size, ppo_ewma = load_experiment("fig2_batch_size"), load("ppo_ewma")
     args = batch_size.parse_args(["--cpu"])
     assert (args.runs_dir, args.parallel, args.save_model, args.smooth_steps) == ("runs/fig2_cpu", 2, True, 100_000)
@@ -249,10 +249,12 @@ def test_cpu_preset_plans_six_ppo_ewma_runs_at_the_scripts_defaults(tmp_path, ca
         assert cmd[1] == os.path.join(ROOT, "ppo_ewma.py") and "--save-model" in cmd
         issue = (("--env-id", "starpilot"), ("--seed", "1"), ("--total-timesteps", "1000000"), ("--update-epochs", "1"))
         assert all(has(cmd, flag, value) for flag, value in issue)
-        # today's ppo_ewma.py accepts it and runs at its defaults but for the issue's flags and Section 4's adjustments
+        # today's ppo_ewma.py accepts it and runs at its defaults but for the issue's flags, Section 4's adjustments
+        # and the official code's choices where CleanRL's differ (with which the paper's figures were made)
         parsed = vars(ppo_ewma.parse_args(cmd[2:]))
         c, dropped = run.options["batch_divisor"], run.options.get("no_adjust", [])
-        changed = {k for k in defaults if parsed[k] != defaults[k]}
+        changed = {k for k in defaults if parsed[k] != defaults[k]} - set(sweep.OFFICIAL_CODE)
+        assert all(parsed[k] == v for k, v in sweep.OFFICIAL_CODE.items())
         assert changed <= {"exp_name", "total_timesteps", "update_epochs", "save_model", "runs_dir", "batch_divisor",
                            "num_envs", "no_adjust", "learning_rate", "beta_prox", "adv_ewma_decay"}, changed
         assert parsed["num_envs"] == 64 // c and (parsed["num_steps"], parsed["num_minibatches"]) == (256, 8)
@@ -322,10 +324,12 @@ def test_sweep_resumes_an_unfinished_run_from_its_checkpoint(tmp_path):
 # --- The CleanRL ablation (issue 36) ---------------------------------------------------------------------
 def test_cleanrl_ablation_runs_pass_every_group_and_its_table_drops_a_resumed_iteration(tmp_path, monkeypatch):
     ablation = load_experiment("cleanrl_ablation")
-    flags = {k for official, cleanrl in ablation.GROUPS.values() for k in {**official, **cleanrl}}
+    flags = [k for group in ablation.GROUPS.values() for k in group]
+    assert sorted(flags) == sorted(sweep.OFFICIAL_CODE) == sorted(sweep.CLEANRL)  # each flag in one group
     for run in ablation.plan(sorted(ablation.STAGES)):  # every flag of every group, whatever the defaults become
-        assert flags <= set(run.options) and run.total_timesteps == 1_000_000
-    assert {k: v for official, _ in ablation.GROUPS.values() for k, v in official.items()} == sweep.OFFICIAL_CODE
+        assert set(flags) <= set(run.options) and run.total_timesteps == 1_000_000
+        switched = {k for group in run.tags["groups"].split("+") for k in ablation.GROUPS.get(group, ())}
+        assert all(run.options[k] == (sweep.CLEANRL if k in switched else sweep.OFFICIAL_CODE)[k] for k in flags)
     # iterations of 30,000 steps to 120,000; the 150k one overshoots, the 2nd is the first after a resume
     run_dir = write_run(tmp_path, "starpilot", "x", 1, [1, 9, 3, 4, 100], batch=30_000,
                         config={"total_timesteps": 120_000})

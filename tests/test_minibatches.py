@@ -34,8 +34,8 @@ def test_by_env_minibatches_are_whole_trajectories():
         assert len(envs) == 2 and sorted(pairs) == sorted((t, n) for t in range(args.num_steps) for n in envs)
         envs_seen += envs
     assert sorted(envs_seen) == list(range(8))
-    orders = {tuple(sorted({n for _, n in as_steps_and_envs(epoch("ppo", "--num-envs", "8", "--num-minibatches", "4",
-                                                                  seed=s)[1][0], 8)})) for s in range(6)}
+    flags = ["--num-envs", "8", "--num-minibatches", "4", "--minibatch-by", "env"]
+    orders = {tuple(sorted({n for _, n in as_steps_and_envs(epoch("ppo", *flags, seed=s)[1][0], 8)})) for s in range(6)}
     assert len(orders) > 1  # environments are shuffled between epochs
 
 
@@ -89,4 +89,4 @@ def test_update_uses_the_chosen_minibatches(monkeypatch):
                                    ["--num-envs", "2", "--num-minibatches", "6"],  # 3 chunks do not divide 32 steps
                                    ["--num-envs", "4", "--num-minibatches", "6"]])
 def test_by_env_refuses_minibatches_that_cut_trajectories_unevenly(flags, bad_argument):
-    bad_argument("ppo", flags, "--num-minibatches")
+    bad_argument("ppo", flags + ["--minibatch-by", "env"], "--num-minibatches")

@@ -163,7 +163,7 @@ def one_step_case(module, clip_vloss=False, max_grad_norm=0.0, seed=0):
     flags = ["--num-envs", "4", "--num-steps", "8", "--num-minibatches", "1", "--no-cuda", "--micro-batch-size", "0",
              "--ent-coef", "0.3", "--vf-coef", "0.7", "--max-grad-norm", str(max_grad_norm)]
     flags += ["--e-pi", "1", "--e-v", "1"] if hasattr(module, "aux_phase") else ["--update-epochs", "1"]
-    args = module.parse_args(flags + (["--clip-vloss"] if clip_vloss else []))
+    args = module.parse_args(flags + ["--clip-vloss" if clip_vloss else "--no-clip-vloss"])
     args.micro_batch_size = 0
     b = 32
     batch = {"obs": torch.randint(0, 256, (b, 64, 64, 3), dtype=torch.uint8), "actions": torch.randint(0, 15, (b,)),

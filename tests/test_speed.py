@@ -39,11 +39,14 @@ def one_update(module, micro, epochs, minibatches):
 
 
 def test_micro_batches_give_the_same_gradient_as_one_pass(script):
-    """One minibatch of 128 as 8 accumulated micro-batches of 16: the same gradient to float32 rounding."""
+    """One minibatch of 128 as 8 accumulated micro-batches of 16: the same gradient to float32 rounding, each
+    parameter's within 1e-6 of the whole gradient's norm (measured: ~2e-7). Not of its own norm: where per-sample
+    terms nearly cancel (the value head's bias, clipped by --clip-vloss here) rounding moves it by ~1e-5 of itself."""
     (g_one, _), (g_micro, _) = one_update(script, 0, 1, 1), one_update(script, 16, 1, 1)
     assert g_one.keys() == g_micro.keys() and g_one
+    scale = float(torch.cat([g.flatten() for g in g_one.values()]).norm())
     for name, g in g_one.items():
-        assert float((g - g_micro[name]).norm()) <= 1e-5 * float(g.norm()) + 1e-12, name
+        assert float((g - g_micro[name]).norm()) <= 1e-6 * scale, name
 
 
 def test_micro_batches_give_the_same_parameters_after_an_optimiser_step(script):
