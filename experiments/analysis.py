@@ -107,7 +107,8 @@ def load_runs(paths):
 # the first two): Procgen's levels cannot be restored, so its episodes start afresh (shorter, lower returns).
 RESUMED = {"starpilot__ppo__1__1795462513": (61,), "starpilot__ppo_ewma__1__1795462513": (41,),
            "starpilot__ablation__ppo__official__2__1795602317": (31,),
-           "starpilot__ablation__ppo__init__2__1795622034": (41,)}
+           "starpilot__ablation__ppo__init__2__1795622034": (41,),
+           "starpilot__ppo_ewma__1__1795635128": (26,)}  # stopped by SIGTERM at iteration 25, to be resumed
 
 
 def without_resumed(run):
