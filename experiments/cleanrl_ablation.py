@@ -78,6 +78,7 @@ def main(argv=None):
     runs = plan(args.stage)
     todo = [r for r in runs if not sweep.is_finished(r, COMMITTED)]
     if args.dry_run:
+        print(f"{len(runs)} runs planned, {len(todo)} still to train (the others are committed in {COMMITTED})")
         for run in todo:
             print(" ".join(sweep.launch_command(run, args.runs_dir)))
         return todo

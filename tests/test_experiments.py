@@ -347,6 +347,15 @@ def test_cleanrl_ablation_runs_pass_every_group_and_its_table_drops_a_resumed_it
     assert "| mb+gc seed 1 | --minibatch-by step --max-grad-norm 0.5 --adam-eps 1e-05 |" in lines[-1]
 
 
+def test_cleanrl_ablation_dry_run_says_what_is_left(tmp_path, monkeypatch, capsys):
+    ablation = load_experiment("cleanrl_ablation")
+    monkeypatch.setattr(ablation, "COMMITTED", str(tmp_path / "committed"))  # nothing committed
+    todo = ablation.main(["--stage", "5", "--dry-run", "--runs-dir", str(tmp_path / "runs")])
+    out = capsys.readouterr().out.splitlines()
+    assert len(todo) == 3 and out[0].startswith("3 runs planned, 3 still to train") and len(out) == 4
+    assert "--seed 5" in out[3] and "--minibatch-by step" in out[3] and "--max-grad-norm 0.0" in out[3]
+
+
 # --- Resumable sweeps ----------------------------------------------------------------------------------
 def test_finished_runs_are_recognised_and_skipped(tmp_path):
     run = sweep.Job("ppo", "starpilot", 1, "fig1__ppo__stale0", 512,
