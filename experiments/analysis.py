@@ -109,7 +109,7 @@ RESUMED = {"starpilot__ppo__1__1795462513": (61,), "starpilot__ppo_ewma__1__1795
            "starpilot__ablation__ppo__official__2__1795602317": (31,),
            "starpilot__ablation__ppo__init__2__1795622034": (41,),
            "starpilot__ppo_ewma__1__1795635128": (26,),  # stopped (SIGTERM) after iteration 25, resumed
-           "starpilot__ablation__ppo__mb+vf+init__5__1795658514": (14,)}  # SIGTERM after iteration 13, to resume
+           "starpilot__ablation__ppo__mb+vf+init__5__1795658514": (14,)}  # SIGTERM after iteration 13, resumed
 
 
 def without_resumed(run):
