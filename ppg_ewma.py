@@ -515,6 +515,14 @@ class AuxBuffer:
         self.returns[self.size:self.size + n] = batch["returns"].view(num_steps, n).T
         self.size += n
 
+    def state_dict(self):  # a stop mid-phase keeps the phase so far; a checkpoint at a phase's end holds no frames
+        return {"size": self.size, "obs": self.obs[:self.size].to("cpu", copy=True),
+                "returns": self.returns[:self.size].to("cpu", copy=True)}
+
+    def load_state_dict(self, state):
+        self.size = state["size"]
+        self.obs[:self.size], self.returns[:self.size] = state["obs"], state["returns"]
+
 
 def aux_phase(agent, aux_optimizer, aux_buffer, args, log=print):
     """E_aux epochs over the phase's data, minibatches of whole trajectories, minimising
@@ -566,7 +574,7 @@ def main(argv=None):
     aux_optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate, eps=args.adam_eps)  # its own Adam
     aux_buffer = AuxBuffer(args.n_pi, args.num_envs, args.num_steps, device)
     learner = dict(agent=agent, optimizer=optimizer, reward_normalizer=reward_normalizer, adv_moments=adv_moments,
-                   aux_optimizer=aux_optimizer)  # not aux_buffer: a PPG run saves right after an aux phase
+                   aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)
     learner["ewma"] = ewma = EWMA(agent.policy, args.beta_prox)  # theta_prox <- theta, w <- 1 (Appendix A)
     run = Run(args, device, learner, stale_rollouts)  # resumes a run or makes its folder; says what runs
     envs = make_env(args, seed=run.env_seed)
@@ -593,8 +601,7 @@ def main(argv=None):
             run.evaluate(iteration, video=True)  # a GIF of one episode
         run.log(iteration, stats, rollout_log)  # a row of progress.csv and a line on the console
         broken, stopping = run.check(iteration)  # a non-finite value; SIGINT or SIGTERM
-        if args.save_model and not broken and aux_buffer.size == 0 and (  # right after an aux phase: no GBs of frames
-                stopping or run.due(iteration, args.save_interval * args.n_pi)):
+        if args.save_model and not broken and (stopping or run.due(iteration, args.save_interval * args.n_pi)):
             run.save(iteration)
         if broken or stopping:
             break

@@ -1,13 +1,14 @@
 """It learns: mean episodic return against env steps, one curve per script, and a Markdown table of the
 return per window of env steps and of each run's wall time and speed.
 
-    python experiments/learning_curve.py                  # the README's figure: ppo.py and ppo_ewma.py, from docs/runs
-    python experiments/learning_curve.py --train          # first train what docs/runs lacks (~75 min a run, 2 cores)
+    python experiments/learning_curve.py                  # the README's figure: the four scripts, from docs/runs
+    python experiments/learning_curve.py --train          # first train what docs/runs lacks (PPO ~75 min, PPG hours)
     python experiments/learning_curve.py runs/starpilot__ppo*__1__* -o curves.png --smooth-steps 50000
 
-Without RUN_DIRs it takes the README's runs from docs/runs: ppo.py and ppo_ewma.py at today's defaults, StarPilot
-(easy), seeds 1 and 2, --total-timesteps env steps (1M by default), each made by
-    python ppo.py --env-id starpilot --seed 1 --total-timesteps 1000000 --save-model    (and ppo_ewma.py)
+Without RUN_DIRs it takes the README's runs from docs/runs: the four scripts at today's defaults, StarPilot (easy),
+seeds 1 and 2 (ppg.py and ppg_ewma.py: seed 1), --total-timesteps env steps (1M by default; PPG rounds up to whole
+phases: 1,048,576), each made by
+    python ppo.py --env-id starpilot --seed 1 --total-timesteps 1000000 --save-model    (and the other three)
 with DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
 defaults), so that a run made at earlier defaults is not taken, and ppo.py's with the --exp-name of the ablation
 that made them (experiments/cleanrl_ablation.py, all four groups); and it sets CleanRL's return per window beside
@@ -40,15 +41,16 @@ CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script ru
 # Today's defaults of the flags where the official code and CleanRL differ (CleanRL's since issue 36; a test checks
 # them against the scripts): the README's runs name them, so that a run made at earlier defaults is not taken.
 DEFAULTS = dict(sweep.CLEANRL)
-SEEDS = (1, 2)
 # ppo.py's runs at these defaults are the ablation's with all four groups at CleanRL's choice (seeds 1 and 2): the
 # same command but for --exp-name, so they are taken rather than trained again.
-EXP_NAMES = {"ppo": cleanrl_ablation.exp_name("ppo", cleanrl_ablation.GROUPS), "ppo_ewma": "ppo_ewma"}
+EXP_NAMES = {"ppo": cleanrl_ablation.exp_name("ppo", cleanrl_ablation.GROUPS), "ppo_ewma": "ppo_ewma", "ppg": "ppg",
+             "ppg_ewma": "ppg_ewma"}
+SEEDS = {"ppo": (1, 2), "ppo_ewma": (1, 2), "ppg": (1,), "ppg_ewma": (1,)}  # PPG: 4.5x PPO's time per env step
 
 
 def readme_runs(total_timesteps):
     return [sweep.Job(script, "starpilot", seed, exp_name, total_timesteps, {"save_model": True, **DEFAULTS})
-            for script, exp_name in EXP_NAMES.items() for seed in SEEDS]
+            for script, exp_name in EXP_NAMES.items() for seed in SEEDS[script]]
 
 
 def script_name(run):

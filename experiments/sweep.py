@@ -154,9 +154,17 @@ def folders_of(run, runs_dir):
             yield run_dir, config
 
 
+def planned_steps(run, config):
+    """The env steps at which `run` ends: total_timesteps rounded up to whole iterations, and whole phases for PPG (a
+    PPG run stopped after 1M of its 1,048,576 steps has not had its second aux phase: it is not finished)."""
+    per = int(config.get("global_batch_size", 1)) * int(config.get("n_pi", 1))
+    return math.ceil(run.total_timesteps / per) * per
+
+
 def find_finished(run, runs_dir):
     """The newest finished folder of `run` in runs_dir, or None."""
-    return next((d for d, _ in folders_of(run, runs_dir) if last_global_step(d) >= run.total_timesteps), None)
+    return next((d for d, config in folders_of(run, runs_dir) if last_global_step(d) >= planned_steps(run, config)),
+                None)
 
 
 def is_finished(run, runs_dir):
@@ -171,7 +179,7 @@ def find_resumable(run, runs_dir):
     asked for more steps than it was started with counts too (the scripts extend it); a longer one does not
     (they refuse to shorten it)."""
     return next((d for d, config in folders_of(run, runs_dir)
-                 if os.path.isfile(os.path.join(d, CHECKPOINT)) and last_global_step(d) < run.total_timesteps
+                 if os.path.isfile(os.path.join(d, CHECKPOINT)) and last_global_step(d) < planned_steps(run, config)
                  and config.get("total_timesteps", math.inf) <= run.total_timesteps), None)
 
 

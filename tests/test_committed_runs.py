@@ -247,7 +247,7 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     learning_curve.main(["--train", "--total-timesteps", "300000", "-o", out])
     (planned, committed), = trained
     assert committed == str(runs) and [(r.script, r.seed) for r in planned] == [
-        ("ppo", 1), ("ppo", 2), ("ppo_ewma", 1), ("ppo_ewma", 2)]
+        ("ppo", 1), ("ppo", 2), ("ppo_ewma", 1), ("ppo_ewma", 2), ("ppg", 1), ("ppg_ewma", 1)]
     assert all(has(sweep.command(r, "x"), "--init", learning_curve.DEFAULTS["init"]) for r in planned)
 
 

@@ -373,6 +373,19 @@ def test_finished_runs_are_recognised_and_skipped(tmp_path):
     assert log == [f"skip (finished): starpilot {run.exp_name} seed 1"]
 
 
+def test_a_ppg_run_is_finished_at_the_end_of_its_last_phase_only(tmp_path):
+    """PPG rounds a run up to whole phases: asked for 1,000 steps with phases of 2 x 128, it ends at 1,024; at
+    1,024 - 128 it has passed 1,000 but not had its last aux phase, so it resumes rather than counting as done."""
+    run = sweep.Job("ppg", "starpilot", 1, "ppg", 1000, {"num_envs": 4, "num_steps": 32})
+    config = {"staleness": 0, "n_pi": 2, "global_batch_size": 128, "total_timesteps": 1000}
+    cut = write_run(tmp_path, "starpilot", "ppg", 1, [1] * 7, config=config)
+    open(os.path.join(cut, sweep.CHECKPOINT), "w").close()
+    assert sweep.planned_steps(run, config) == 1024 and not sweep.is_finished(run, str(tmp_path))
+    assert sweep.find_resumable(run, str(tmp_path)) == cut
+    write_run(tmp_path / "whole", "starpilot", "ppg", 1, [1] * 8, config=config)
+    assert sweep.is_finished(run, str(tmp_path / "whole"))
+
+
 def test_core_slots_split_the_cores():
     cores = sorted(os.sched_getaffinity(0))
     assert sweep.core_slots(1) == [cores]

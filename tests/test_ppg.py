@@ -3,11 +3,13 @@ PPG-EWMA's reset of the proximal network at the start of every policy phase, and
 import copy
 import math
 import os
+import signal
 
 import pytest
 import torch
 
-from conftest import BATCH, RecordingSGD, load, run_tiny, tiny_argv, update_extra
+from conftest import (BATCH, LEARNING_COLUMNS, RecordingSGD, StatelessEnv, assert_same_state, load,
+                      read_progress, run_dirs, run_tiny, tiny_argv, update_extra)
 from test_objectives import one_step_case
 
 NUM_ACTIONS = 15
@@ -80,10 +82,10 @@ def test_aux_buffer_add_stores_whole_per_env_trajectories_in_time_order(ppg_scri
 
 
 def test_a_ppg_run_saves_right_after_its_aux_phases_only_and_ends_with_one(tmp_path, monkeypatch):
-    """Checkpoints come when the aux buffer is empty, so they hold no frames (~6.4 GB at the defaults): with N_pi = 2
-    and 3 iterations' worth of steps, the run is rounded up to 4 iterations (2 whole phases) and saves after
-    iterations 2 and 4, never mid-phase, even with --save-interval 1 (one phase). main()'s lines that say so are
-    the same in both PPG scripts."""
+    """Periodic checkpoints come when the aux buffer is empty, so they hold no frames (~6.4 GB at the defaults just
+    before an aux phase): with N_pi = 2 and 3 iterations' worth of steps, the run is rounded up to 4 iterations (2
+    whole phases) and saves after iterations 2 and 4, never mid-phase, even with --save-interval 1 (one phase).
+    main()'s lines that say so are the same in both PPG scripts."""
     ppg_script = load("ppg_ewma")
     saved, real_save = [], ppg_script.Run.save
     monkeypatch.setattr(ppg_script.Run, "save", lambda run, i: (saved.append(i), real_save(run, i)))
@@ -94,7 +96,54 @@ def test_a_ppg_run_saves_right_after_its_aux_phases_only_and_ends_with_one(tmp_p
         for c in AUX_COLUMNS:
             assert (r[c] != "" and math.isfinite(float(r[c]))) if r["iteration"] in ("2", "4") else r[c] == "", (r, c)
     state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-    assert state["iteration"] == 4 and "aux_buffer" not in state
+    assert state["iteration"] == 4 and state["aux_buffer"]["size"] == 0 and state["aux_buffer"]["obs"].numel() == 0
+
+
+def test_a_stop_mid_phase_keeps_the_phase_and_the_resume_goes_on_as_if_never_stopped(ppg_script, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """N_pi = 3, 6 iterations, the stand-in environment: SIGTERM after iteration 2 (the first phase: no checkpoint
+    yet) and, after a resume, after iteration 4 (mid second phase). Each stop saves the phase's trajectories so far
+    with the checkpoint; each aux phase then sees all 12 of its phase's trajectories, and every row and the final
+    checkpoint equal those of a run that never stopped."""
+    monkeypatch.setattr(ppg_script, "ProcgenVecEnv", StatelessEnv)
+    name, sizes, real_log, real_aux_phase = ppg_script.__name__, [], ppg_script.Run.log, ppg_script.aux_phase
+    argv = lambda folder: tiny_argv(name, "--runs-dir", str(tmp_path / folder), "--n-pi", "3",  # noqa: E731
+                                    "--total-timesteps", str(6 * BATCH))
+    monkeypatch.setattr(ppg_script, "aux_phase", lambda agent, opt, buffer, *rest: (
+        sizes.append(buffer.size), real_aux_phase(agent, opt, buffer, *rest))[1])
+    full = ppg_script.main(argv("full"))
+    assert sizes == [12, 12]
+
+    def stop_after(iteration):  # a SIGTERM as from `kill`, right after the row of `iteration` is written
+        def log(run, i, *rest):
+            real_log(run, i, *rest)
+            if i == iteration:
+                os.kill(os.getpid(), signal.SIGTERM)
+        monkeypatch.setattr(ppg_script.Run, "log", log)
+
+    sizes.clear()
+    stop_after(2)
+    with pytest.raises(SystemExit) as stop:
+        ppg_script.main(argv("part"))
+    part = run_dirs(tmp_path / "part")[0]
+    state = torch.load(os.path.join(part, "checkpoint.pt"), weights_only=True)
+    assert stop.value.code == 128 + signal.SIGTERM and state["iteration"] == 2 and sizes == []
+    assert state["aux_buffer"]["size"] == 8 and state["aux_buffer"]["obs"].shape == (8, 16, 64, 64, 3)
+    assert "Stopped (SIGTERM), checkpoint of iteration 2: resume with" in capsys.readouterr().out
+    stop_after(4)
+    with pytest.raises(SystemExit):
+        ppg_script.main(["--resume", part])
+    assert torch.load(os.path.join(part, "checkpoint.pt"), weights_only=True)["aux_buffer"]["size"] == 4
+    stop_after(None)
+    assert ppg_script.main(["--resume", part]) == part
+    assert sizes == [12, 12] and "aux epoch 1/1 over 12 trajectories" in capsys.readouterr().out
+    rows_full, rows_part = read_progress(full), read_progress(part)
+    assert [r["iteration"] for r in rows_part] == [str(i) for i in range(1, 7)]
+    columns = LEARNING_COLUMNS + ["aux_kl", "aux_value_loss", "aux_true_value_loss"]
+    assert [{c: r[c] for c in columns} for r in rows_full] == [{c: r[c] for c in columns} for r in rows_part]
+    a, b = (torch.load(os.path.join(d, "checkpoint.pt"), weights_only=True) for d in (full, part))
+    a.pop("time_s"), b.pop("time_s")
+    assert_same_state(a, b)
 
 
 # --- aux phase ---------------------------------------------------------------------------------------------
