@@ -9,9 +9,12 @@ Runs mode: each script (with each option set) trains for --iterations iterations
 the per-iteration `sps` and time split are read back from progress.csv, skipping --warmup iterations.
 With --repeats R every script runs R times, in alternating order (ppo, ppo_ewma, ..., then reversed), and
 each figure is the median over all R x --iterations measured iterations.
-PPG scripts run with --n-pi 1, so that every iteration has its auxiliary phase and iterations are alike (the aux
-phase's cost per env step does not depend on N_pi: every rollout is trained E_aux times). Ratios are within one run
-of this benchmark, on one machine: compare only those.
+PPG scripts run with --n-pi 1, so that every iteration has its auxiliary phase and iterations are alike: the aux
+phase's work per env step does not depend on N_pi (every trajectory is trained on E_aux times, in minibatches of
+num_envs/16 trajectories), so a PPG row is its speed at the defaults, a full aux phase in every iteration.
+With --cleanrl "PYTHON PATH/ppo_procgen.py" CleanRL's script runs too, unmodified, at the same envs and steps (its
+rate from the cumulative `SPS:` it prints after each iteration). Ratios are within one run of this benchmark, on
+the machine its first line names: compare only those.
 """
 import argparse
 import csv
@@ -19,6 +22,7 @@ import glob
 import importlib
 import json
 import os
+import platform
 import shlex
 import statistics
 import subprocess
@@ -50,6 +54,38 @@ def run_script(script, options, args, workdir):
             for i, r in enumerate(rows) if i >= args.warmup]
 
 
+def run_cleanrl(args, workdir):
+    """CleanRL's ppo_procgen.py (args.cleanrl: the command that runs it) for warm-up + measured iterations, in
+    workdir (it writes its TensorBoard folder there). It prints after iteration k `SPS: k x batch / elapsed_k`, so
+    elapsed_k = k x batch / SPS_k; per measured iteration: batch / (elapsed_k - elapsed_k-1)."""
+    iterations, batch = args.warmup + args.iterations, args.num_envs * args.num_steps
+    cmd = shlex.split(args.cleanrl) + ["--env-id", args.env_id, "--num-envs", str(args.num_envs), "--num-steps",
+                                       str(args.num_steps), "--total-timesteps", str(iterations * batch), "--seed", "1"]
+    proc = subprocess.run(cmd + (["--no-cuda"] if "--no-cuda" in args.extra else []), capture_output=True, text=True,
+                          cwd=workdir)
+    sps = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("SPS:")]
+    if proc.returncode != 0 or len(sps) < iterations:
+        sys.exit(f"bench_speed.py: {' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    elapsed = [0.0] + [(k + 1) * batch / rate for k, rate in enumerate(sps)]
+    nan = float("nan")
+    return [{"sps": batch / (elapsed[k + 1] - elapsed[k]), "env_s": nan, "rollout_fwd_s": nan, "update_s": nan,
+             "aux_s": nan} for k in range(args.warmup, iterations)]
+
+
+def machine(args):
+    """One line naming what ran: CPU model and cores, the GPU if the runs use one, torch, Python, the commit."""
+    import torch
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = (torch.cuda.get_device_name() if torch.cuda.is_available() and "--no-cuda" not in args.extra
+           else "no GPU used")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    commit = commit.stdout.strip() if commit.returncode == 0 else os.environ.get("BENCH_COMMIT", "unknown")
+    return (f"{cpu}, {cores} cores; {gpu}; torch {torch.__version__}, Python {platform.python_version()}; "
+            f"commit {commit}")
+
+
 def child_main(script, argv):
     """In the child: import `script`, wrap its env step, collect_rollout and update with timers (the scripts keep no
     timing columns), train, and print the seconds of each call as one JSON line after "PIECES "."""
@@ -79,16 +115,20 @@ def child_main(script, argv):
 
 
 def runs_mode(args):
+    print(machine(args), flush=True)
     runs = [(script, options) for script in args.scripts for options in args.options]
+    runs += [("cleanrl", args.cleanrl)] if args.cleanrl else []
     measured = {run: [] for run in runs}
     with tempfile.TemporaryDirectory() as workdir:
         for repeat in range(args.repeats):
             for script, options in (runs if repeat % 2 == 0 else runs[::-1]):  # interleaved: alternate the order
-                rows = run_script(script, options, args, workdir)
+                rows = (run_cleanrl(args, workdir) if script == "cleanrl" else
+                        run_script(script, options, args, workdir))
                 measured[(script, options)] += rows
-                print(f"  {script} {options or '(default)'}: " + " ".join(f"{r['sps']:.0f}" for r in rows) + " SPS",
-                      file=sys.stderr, flush=True)
-    results = [{"script": script, "options": options or "(default)",
+                split = " ".join(f"{k} {statistics.median(r[k] for r in rows):.2f}" for k in rows[0] if k != "sps")
+                print(f"  {script} {options or '(default)'}: " + " ".join(f"{r['sps']:.0f}" for r in rows) +
+                      f" SPS; medians of seconds: {split}", file=sys.stderr, flush=True)
+    results = [{"script": script, "options": "ppo_procgen.py" if script == "cleanrl" else options or "(default)",
                 **{k: statistics.median(r[k] for r in measured[(script, options)])
                    for k in measured[(script, options)][0]}}
                for script, options in runs]
@@ -100,8 +140,9 @@ def runs_mode(args):
               f"{'rollout fwd s':>13} {'update s':>8} {'aux s':>7}")
     print(header + "\n" + "-" * len(header))
     for r in results:
-        vs_ppo = r["sps"] / base[r["options"]] if r["options"] in base else float("nan")
-        vs_first = r["sps"] / default[r["script"]]
+        same = args.options[0] or "(default)" if r["script"] == "cleanrl" else r["options"]  # CleanRL: vs plain ppo.py
+        vs_ppo = r["sps"] / base[same] if same in base else float("nan")
+        vs_first = r["sps"] / default[r["script"]] if r["script"] in default else float("nan")
         print(f"{r['script']:<9} {r['options']:<24} {r['sps']:7.0f} {vs_ppo:9.3f} {vs_first:10.3f} "
               f"{r['env_s']:7.1f} {r['rollout_fwd_s']:13.1f} {r['update_s']:8.1f} {r['aux_s']:7.1f}")
     print("time ratio vs ppo.py = 1 / (SPS ratio); e.g. the EWMA overhead is ppo.py SPS / ppo_ewma.py SPS")
@@ -218,6 +259,8 @@ def main():
     p.add_argument("--repeats", type=int, default=1, help="runs per script, in alternating order; medians over all")
     p.add_argument("--extra", default="",
                    help="more arguments for every run, e.g. --extra=--no-cuda or --extra ' --bf16 --compile'")
+    p.add_argument("--cleanrl", metavar="COMMAND", help="also run CleanRL's ppo_procgen.py, e.g. \"python3 "
+                                                      "/path/ppo_procgen.py\" (with gym 0.23.1 and tyro there)")
     p.add_argument("--pieces", action="store_true", help="time the pieces instead of whole runs")
     p.add_argument("--no-cuda", action="store_true", help="with --pieces: stay on the CPU")
     p.add_argument("--micro-sweep", nargs="+", type=int, metavar="M", help="time the update at these micro-batch sizes")

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The project on a lent GPU machine, in one prepared call per check (issues 54 and 55). Prepare here, once, from the
+# project root (prep.sh fills the git-ignored .gpu/ with our wheels and Procgen's GL libraries; `prep` adds CleanRL's
+# two scripts from a clone of vwxyzjn/cleanrl and their wheels, gym 0.23.1 and tyro, so no CleanRL code is committed):
+#     ../shared/gpu/prep.sh && experiments/gpu_check.sh prep PATH/TO/cleanrl
+# Then on the GPU machine (the device tool: carry [".gpu"]), each within one command's limit:
+#     source .gpu/setup.sh && experiments/gpu_check.sh speed 330   # CUDA tests, then bench_speed.py and CleanRL
+#     source .gpu/setup.sh && experiments/gpu_check.sh learn 400   # ppo_ewma.py beside ppg_ewma.py, stopped by SIGTERM
+# The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (the device
+# tool's folder, else /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
+#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" experiments/gpu_check.sh learn 120
+#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" experiments/gpu_check.sh speed 300
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_check}
+CUDA=${CUDA:-}     # --no-cuda to try it on a CPU
+SIZES=${SIZES:-}   # e.g. --num-envs 8 --num-steps 32 (bench_speed.py and the training scripts take the same flags)
+PPG=${PPG:-}       # PPG scripts only, e.g. --n-pi 2
+mkdir -p "$OUT"
+mode=${1:?usage: gpu_check.sh prep CLEANRL_CLONE | speed SECONDS | learn SECONDS}
+
+if [ "$mode" = prep ]; then
+  mkdir -p .gpu/cleanrl/whl
+  for f in ppo_procgen.py ppg_procgen.py; do git -C "${2:?the path of a clone of vwxyzjn/cleanrl}" show \
+    HEAD:cleanrl/$f > .gpu/cleanrl/$f; done
+  git -C "$2" log -1 --format='CleanRL %h %cs' > .gpu/cleanrl/commit
+  git rev-parse --short HEAD > .gpu/commit
+  pip wheel -q --no-deps -w .gpu/cleanrl/whl gym==0.23.1  # an sdist: built here, pure Python
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
+    --platform manylinux2014_x86_64 --platform any -d .gpu/cleanrl/whl tyro==1.0.17
+  rm -f .gpu/cleanrl/whl/typing_extensions-*.whl  # the GPU machine's own serves (torch uses it)
+  echo "prepared .gpu/cleanrl: $(ls .gpu/cleanrl/whl | tr '\n' ' ')"
+  exit 0
+fi
+
+end=$((SECONDS + ${2:-300}))
+left() { local s=$((end - SECONDS - ${1:-0})); echo $((s > 1 ? s : 1)); }  # seconds left, less a margin (at least 1)
+{ echo "commit $(cat .gpu/commit 2>/dev/null || git rev-parse --short HEAD)"; nvidia-smi -L 2>&1 | head -2
+  grep -m1 'model name' /proc/cpuinfo; echo "cores $(nproc)"
+  python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)"; } | tee "$OUT/machine.txt"
+export BENCH_COMMIT=$(cat .gpu/commit 2>/dev/null || echo unknown)
+
+if [ "$mode" = speed ]; then
+  # 1. The tests that take a device, on CUDA (18 of them: on the CPU they skip for want of a GPU)
+  timeout -k 5 "$(left 200)" python3 -m pytest -q -p no:cacheprovider -k cuda tests 2>&1 | tee "$OUT/tests.log"
+  # 2. The three scripts at the defaults, fp32 (TF32 on the GPU) and bf16, beside CleanRL's ppo_procgen.py unmodified
+  #    (its gym 0.23.1 and tyro before our gym 0.26.2 on the path)
+  python3 -m pip install -q --no-index --no-deps --target /tmp/cleanrl-site .gpu/cleanrl/whl/*.whl >/dev/null 2>&1
+  cleanrl="env PYTHONPATH=/tmp/cleanrl-site:${PYTHONPATH:-} python3 $PWD/.gpu/cleanrl/ppo_procgen.py"
+  bench() { timeout -k 5 "$1" python3 experiments/bench_speed.py $SIZES --extra="$CUDA" "${@:2}"; }
+  bench "$(left 90)" --scripts ppo ppo_ewma ppg --options "" " --bf16" --cleanrl "$cleanrl" 2>&1 | tee "$OUT/bench.log"
+  # 3. ppo.py's pieces on random data (an env step, a policy forward of 64, one update): the serial ceiling
+  timeout -k 5 "$(left 60)" python3 experiments/bench_speed.py --pieces $SIZES $CUDA 2>&1 | tee "$OUT/pieces.log"
+  # 4. torch.compile, ppo.py first (each new shape compiles once per process: minutes on a first run), as time allows
+  bench "$(left 5)" --scripts ppo ppo_ewma ppg --options " --compile" " --bf16 --compile" 2>&1 | tee "$OUT/bench_compile.log"
+  exit 0
+fi
+
+if [ "$mode" = learn ]; then
+  # ppo_ewma.py and ppg_ewma.py at the defaults, seed 1, side by side on the one GPU, each on half the CPU cores. A
+  # SIGTERM ends each cleanly (the iteration, or PPG's aux phase, finishes; a checkpoint is saved); PPG-EWMA gets it
+  # first, since its aux phase and a mid-phase checkpoint (up to 6.4 GB of frames) take longest. config.json and
+  # progress.csv are copied to $OUT every 15 s, so a cut command still brings them back; checkpoints stay there.
+  runs=/tmp/gpu_runs; mkdir -p $runs
+  half=$(($(nproc) / 2)); first="0-$((half - 1))"; second="$half-$(($(nproc) - 1))"; [ "$half" = 1 ] && first=0 second=1
+  taskset -c $first python3 ppo_ewma.py --env-id starpilot --seed 1 --runs-dir $runs $SIZES $CUDA \
+    > "$OUT/ppo_ewma.log" 2>&1 & ppo=$!
+  taskset -c $second python3 ppg_ewma.py --env-id starpilot --seed 1 --runs-dir $runs $SIZES $PPG $CUDA \
+    > "$OUT/ppg_ewma.log" 2>&1 & ppg=$!
+  keep() { for d in $runs/*/; do mkdir -p "$OUT/$(basename $d)"; cp $d/config.json $d/progress.csv "$OUT/$(basename $d)/" \
+    2>/dev/null; done; }
+  stop() { kill -0 $1 2>/dev/null && kill -TERM $1 && echo "$(date +%T) SIGTERM to $2 (pid $1)" | tee -a "$OUT/learn.txt"; }
+  while [ "$(left 120)" -gt 1 ] && kill -0 $ppg 2>/dev/null; do sleep 5; keep; done; stop $ppg ppg_ewma.py
+  while [ "$(left 45)" -gt 1 ] && kill -0 $ppo 2>/dev/null; do sleep 5; keep; done; stop $ppo ppo_ewma.py
+  while [ "$(left 12)" -gt 1 ] && { kill -0 $ppo || kill -0 $ppg; } 2>/dev/null; do sleep 2; done
+  stop $ppo ppo_ewma.py; stop $ppg ppg_ewma.py  # still running: a second SIGTERM stops at once (the last checkpoint kept)
+  wait; keep
+  for d in $runs/*/; do echo "$(basename $d): $(tail -1 $d/progress.csv | cut -d, -f1-2) (iteration, env steps); " \
+    "$(ls -la $d | grep checkpoint)"; done | tee -a "$OUT/learn.txt"
+  grep -h "Stopped\|error" "$OUT"/*.log | tee -a "$OUT/learn.txt"
+  exit 0
+fi
+echo "gpu_check.sh: unknown mode $mode" >&2; exit 2
