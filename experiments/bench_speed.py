@@ -80,8 +80,8 @@ def machine(args):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     gpu = (torch.cuda.get_device_name() if torch.cuda.is_available() and "--no-cuda" not in args.extra
            else "no GPU used")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    commit = commit.stdout.strip() if commit.returncode == 0 else os.environ.get("BENCH_COMMIT", "unknown")
+    commit = os.environ.get("BENCH_COMMIT") or subprocess.run(  # gpu_check.sh's: a copied tree's .git may be stale
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or "unknown"
     return (f"{cpu}, {cores} cores; {gpu}; torch {torch.__version__}, Python {platform.python_version()}; "
             f"commit {commit}")
 

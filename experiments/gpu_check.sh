@@ -4,7 +4,7 @@
 # two scripts from a clone of vwxyzjn/cleanrl and their wheels, gym 0.23.1 and tyro, so no CleanRL code is committed):
 #     ../shared/gpu/prep.sh && experiments/gpu_check.sh prep PATH/TO/cleanrl
 # Then on the GPU machine (the device tool: carry [".gpu"]), each within one command's limit:
-#     source .gpu/setup.sh && experiments/gpu_check.sh speed 330   # CUDA tests, then bench_speed.py and CleanRL
+#     source .gpu/setup.sh && experiments/gpu_check.sh speed 360   # CUDA tests, then bench_speed.py and CleanRL
 #     source .gpu/setup.sh && experiments/gpu_check.sh learn 400   # ppo_ewma.py beside ppg_ewma.py, stopped by SIGTERM
 # The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (the device
 # tool's folder, else /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
@@ -24,7 +24,7 @@ if [ "$mode" = prep ]; then
   for f in ppo_procgen.py ppg_procgen.py; do git -C "${2:?the path of a clone of vwxyzjn/cleanrl}" show \
     HEAD:cleanrl/$f > .gpu/cleanrl/$f; done
   git -C "$2" log -1 --format='CleanRL %h %cs' > .gpu/cleanrl/commit
-  git rev-parse --short HEAD > .gpu/commit
+  git rev-parse --short HEAD > .gpu/commit  # what the machine line names: prepare after the last commit
   pip wheel -q --no-deps -w .gpu/cleanrl/whl gym==0.23.1  # an sdist: built here, pure Python
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
     --platform manylinux2014_x86_64 --platform any -d .gpu/cleanrl/whl tyro==1.0.17
@@ -43,14 +43,17 @@ export BENCH_COMMIT=$(cat .gpu/commit 2>/dev/null || echo unknown)
 if [ "$mode" = speed ]; then
   # 1. The tests that take a device, on CUDA (18 of them: on the CPU they skip for want of a GPU)
   timeout -k 5 "$(left 200)" python3 -m pytest -q -p no:cacheprovider -k cuda tests 2>&1 | tee "$OUT/tests.log"
-  # 2. The three scripts at the defaults, fp32 (TF32 on the GPU) and bf16, beside CleanRL's ppo_procgen.py unmodified
-  #    (its gym 0.23.1 and tyro before our gym 0.26.2 on the path)
+  # 2. ppo.py beside CleanRL's ppo_procgen.py unmodified (its gym 0.23.1 and tyro before our gym 0.26.2 on the path),
+  #    then ppo_ewma.py and ppg.py, then all three in bf16: each bench_speed.py call a table of its own, in order of
+  #    importance, each cut at its share of the time (a first call on 2026-11-26 lost CleanRL to the cut)
   python3 -m pip install -q --no-index --no-deps --target /tmp/cleanrl-site .gpu/cleanrl/whl/*.whl >/dev/null 2>&1
   cleanrl="env PYTHONPATH=/tmp/cleanrl-site:${PYTHONPATH:-} python3 $PWD/.gpu/cleanrl/ppo_procgen.py"
   bench() { timeout -k 5 "$1" python3 experiments/bench_speed.py $SIZES --extra="$CUDA" "${@:2}"; }
-  bench "$(left 90)" --scripts ppo ppo_ewma ppg --options "" " --bf16" --cleanrl "$cleanrl" 2>&1 | tee "$OUT/bench.log"
+  bench "$(left 150)" --scripts ppo --cleanrl "$cleanrl" 2>&1 | tee "$OUT/bench.log"  # the comparison first
+  bench "$(left 90)" --scripts ppo_ewma ppg 2>&1 | tee -a "$OUT/bench.log"
+  bench "$(left 40)" --scripts ppo ppo_ewma ppg --options " --bf16" 2>&1 | tee -a "$OUT/bench.log"
   # 3. ppo.py's pieces on random data (an env step, a policy forward of 64, one update): the serial ceiling
-  timeout -k 5 "$(left 60)" python3 experiments/bench_speed.py --pieces $SIZES $CUDA 2>&1 | tee "$OUT/pieces.log"
+  timeout -k 5 "$(left 20)" python3 experiments/bench_speed.py --pieces $SIZES $CUDA 2>&1 | tee "$OUT/pieces.log"
   # 4. torch.compile, ppo.py first (each new shape compiles once per process: minutes on a first run), as time allows
   bench "$(left 5)" --scripts ppo ppo_ewma ppg --options " --compile" " --bf16 --compile" 2>&1 | tee "$OUT/bench_compile.log"
   exit 0

@@ -53,8 +53,9 @@ def readme_runs(total_timesteps):
             for script, exp_name in EXP_NAMES.items() for seed in SEEDS[script]]
 
 
-def script_name(run):
-    return run["config"].get("script", "?.py")[:-3]
+def script_name(run):  # a GPU run is its own curve and column: the same algorithm, other numerics and speed
+    gpu = str(run["config"].get("device", "")).startswith("cuda")
+    return run["config"].get("script", "?.py")[:-3] + (" (GPU)" if gpu else "")
 
 
 def by_script(run):  # table columns and curves in order of script, then seed

@@ -29,9 +29,12 @@ DERIVED = ("device", "versions", "world_size", "script", "batch_size", "minibatc
            "global_batch_size")
 
 
+GPU_RUNS = os.path.join(COMMITTED, "gpu")  # runs on a lent GPU, stopped by SIGTERM when its time was up (issue 55)
+
+
 def committed_folders(parent=COMMITTED):
-    """Every folder in docs/runs (each must be a complete run; there may be none yet)."""
-    found = [os.path.join(parent, d) for d in os.listdir(parent)] if os.path.isdir(parent) else []
+    """Every folder in docs/runs but gpu/ (each must be a complete run; there may be none yet)."""
+    found = [os.path.join(parent, d) for d in os.listdir(parent) if d != "gpu"] if os.path.isdir(parent) else []
     return sorted(d for d in found if os.path.isdir(d))
 
 
@@ -113,6 +116,19 @@ def test_every_committed_run_is_complete_and_what_todays_script_would_run(capsys
     assert not report, "\n".join(f"{name}:\n  " + "\n  ".join(found) for name, found in report.items()) + (
         "\nA default changed or a flag was added on purpose? The exemption lists say which keys may differ, and why: "
         "PER_LAUNCH and DERIVED at the top of tests/test_committed_runs.py, ADDED in experiments/sweep.py.")
+
+
+def test_every_gpu_run_is_a_cuda_run_of_todays_script_with_every_row_up_to_its_stop(capsys):
+    """docs/runs/gpu: runs stopped by SIGTERM before their total_timesteps, so not complete; each ran on CUDA, is
+    what today's script runs with its own name and seed, and has a row for every iteration from 1 to its stop."""
+    for run_dir in committed_folders(GPU_RUNS):
+        config = json.load(open(os.path.join(run_dir, "config.json")))
+        rows = list(csv.DictReader(open(os.path.join(run_dir, "progress.csv"))))
+        assert config["device"].startswith("cuda") and config["exp_name"] == config["script"][:-3], run_dir
+        identity = {k: config[k] for k in IDENTITY if k in config}  # PPG has no update_epochs
+        assert differences(config, sweep.option_tokens(identity), capsys) == [], run_dir
+        assert [int(r["iteration"]) for r in rows] == list(range(1, len(rows) + 1)) and len(rows) > 1, run_dir
+        assert int(rows[-1]["global_step"]) == len(rows) * config["global_batch_size"], run_dir
 
 
 def recorded(script, argv, **changes):
