@@ -279,6 +279,29 @@ def test_aux_phase_losses_are_finite_and_kl_grows_after_the_first_step(ppg_scrip
     assert not all(torch.equal(p, q) for p, q in zip(agent.value.parameters(), value_before))
 
 
+def test_the_runs_aux_phase_moves_the_policy_network_and_fits_the_aux_value_head(ppg_script, tmp_path, monkeypatch):
+    """Through main(), with the aux optimiser main() builds: over the phase's buffer, after its aux phase the KL to
+    pi_old (the policy just before it) is above 0 and finite, and the aux value head's loss has fallen. A phase that
+    never runs, or trains at step size 0, or with an optimiser that holds other parameters, fails here."""
+    seen, real_aux_phase = [], ppg_script.aux_phase
+
+    def measured(agent, aux_optimizer, aux_buffer, args, *rest):
+        obs, returns = aux_buffer.obs[:aux_buffer.size].flatten(0, 1), aux_buffer.returns[:aux_buffer.size].flatten()
+        with torch.no_grad():
+            logits, aux_v = agent.policy(obs)
+            logp_old = torch.log_softmax(logits, -1)
+        out = real_aux_phase(agent, aux_optimizer, aux_buffer, args, *rest)
+        with torch.no_grad():
+            logits, aux_v_after = agent.policy(obs)
+            kl = (logp_old.exp() * (logp_old - torch.log_softmax(logits, -1))).sum(-1).mean()
+        seen.append((float(kl), float((aux_v - returns).pow(2).mean()), float((aux_v_after - returns).pow(2).mean())))
+        return out
+    monkeypatch.setattr(ppg_script, "aux_phase", measured)
+    run_tiny(ppg_script.__name__, tmp_path, "--e-aux", "4", iterations=2)
+    (kl, loss_before, loss_after), = seen
+    assert 0 < kl < math.inf and loss_after < loss_before, seen
+
+
 def test_aux_phase_keeps_its_minibatch_and_step_size_under_batch_divisor(ppg_script):
     """App. B: the aux phase keeps its minibatch size per worker (N/16 trajectories at the default N) and its
     step size when the envs are divided; N_pi x C keeps 16 N_pi minibatches of the default per epoch."""
