@@ -109,7 +109,11 @@ RESUMED = {"starpilot__ppo__1__1795462513": (61,), "starpilot__ppo_ewma__1__1795
            "starpilot__ablation__ppo__official__2__1795602317": (31,),
            "starpilot__ablation__ppo__init__2__1795622034": (41,),
            "starpilot__ppo_ewma__1__1795635128": (26,),  # stopped (SIGTERM) after iteration 25, resumed
-           "starpilot__ablation__ppo__mb+vf+init__5__1795658514": (14,)}  # SIGTERM after iteration 13, resumed
+           "starpilot__ablation__ppo__mb+vf+init__5__1795658514": (14,),  # SIGTERM after iteration 13, resumed
+           # the Fig. 2 runs resumed after a restart (found by issue 51 from their logs and rows)
+           "starpilot__fig2__ppo_ewma__div4__1__1795523607": (81,),
+           "starpilot__fig2__ppo_ewma__div16__no-lr__1__1795523605": (331,),
+           "starpilot__fig2__ppo_ewma__div16__no-prox__1__1795523607": (321,)}
 
 
 def without_resumed(run):

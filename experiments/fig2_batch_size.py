@@ -205,9 +205,9 @@ def run_label(run, seeds):
 
 def diagnostics_rows(loaded, args):
     """One row per run folder (table_runs): its variant and C, the envs and adjusted hyperparameters from its
-    config.json, and analysis.run_diagnostics over env steps."""
+    config.json, and analysis.run_diagnostics over env steps (the first iteration after a resume left out)."""
     rows = []
-    for run in table_runs(loaded):
+    for run in table_runs([analysis.without_resumed(r) for r in loaded]):
         config, d = run["config"], analysis.run_diagnostics(run, args.final_frac, FIRST_STEPS)
         rows.append({"variant": run["tags"]["variant"], "C": run["tags"]["divisor"], "seed": config["seed"],
                      "envs": config["num_envs"], "learning_rate": config["learning_rate"],
@@ -244,7 +244,9 @@ def shown_runs(args):
 def make_cpu_figure(loaded, rows, args, out):
     """(a) the return against env steps at every C, all adjustments; (b) at the largest C each ablation,
     against all adjustments at that C and at C = 1. Every curve is smoothed over the same env steps. Raw
-    episodic return: one game, and the diagnostics table is in the same unit."""
+    episodic return: one game, and the diagnostics table is in the same unit. The first iteration after a resume
+    (analysis.RESUMED) plays fresh levels: left out, as in every table."""
+    loaded = [analysis.without_resumed(r) for r in loaded]
     divisors, window = sorted({r["tags"]["divisor"] for r in loaded}), args.smooth_steps
     largest, seeds = divisors[-1], sorted({r["config"]["seed"] for r in loaded})  # the seeds drawn, not asked for
     fig, axes = figures.subplots(2, f"Figure 2 at CPU scale: {NAMES[args.script]}, batch size-invariance", args, seeds)
