@@ -29,8 +29,11 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-with contextlib.redirect_stderr(io.StringIO()):  # procgen imports gym, which prints a notice about its own end
-    import procgen
+try:  # Python 3.13: procgen-gym, Procgen's C++ games unchanged, ported to gymnasium and numpy 2
+    import procgen_gym as procgen
+except ImportError:  # Python 3.11 and 3.12: procgen-mirror, the original package, on gym3 and numpy < 2
+    with contextlib.redirect_stderr(io.StringIO()):  # it imports old gym, which prints a notice about its own end
+        import procgen
 SCRIPT = os.path.basename(__file__)  # this script's name, in messages and in config.json
 
 
@@ -128,29 +131,36 @@ NUM_ACTIONS = 15  # every Procgen game has the same 15 actions
 
 
 class ProcgenVecEnv(gym.vector.VectorEnv):
-    """Procgen's gym3 vector env behind gymnasium's VectorEnv interface. Procgen resets an environment inside the
-    step that ends its episode (the observation returned is the next level's first frame): gymnasium's SAME_STEP
-    autoreset. Time-outs are episode ends too, so everything is `terminated` (as in the official code)."""
+    """Procgen's vector env behind gymnasium's VectorEnv interface. Procgen resets an environment inside the step
+    that ends its episode (the observation returned is the next level's first frame): gymnasium's SAME_STEP
+    autoreset (procgen-gym's own metadata says NEXT_STEP, wrongly). Time-outs are episode ends too, so everything is
+    `terminated` (as in the official code). procgen-gym and procgen-mirror play the same games, frame for frame
+    (tests/test_procgen_packages.py); only the calls differ: procgen-gym's `step`, gym3's `act` then `observe`."""
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
-        self.venv = procgen.ProcgenGym3Env(
-            num=num_envs, env_name=env_id, distribution_mode=distribution_mode, num_levels=num_levels,
+        self.gym3 = hasattr(procgen, "ProcgenGym3Env")  # procgen-mirror's env speaks gym3
+        self.venv = (procgen.ProcgenGym3Env if self.gym3 else procgen.ProcgenVecEnv)(
+            num_envs, env_name=env_id, distribution_mode=distribution_mode, num_levels=num_levels,
             start_level=start_level, rand_seed=seed, num_threads=min(16, cpu_threads()))
         self.num_envs = num_envs
         self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
-        self.single_action_space = gym.spaces.Discrete(self.venv.ac_space.eltype.n)
+        self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
 
-    def reset(self, *, seed=None, options=None):
-        _, obs, _ = self.venv.observe()
-        return obs["rgb"], {}
+    def reset(self, *, seed=None, options=None):  # Procgen resets itself: this only reads the frames
+        return (self.venv.observe()[1]["rgb"] if self.gym3 else self.venv.reset()[0]), {}
 
     def step(self, actions):
-        self.venv.act(np.asarray(actions, dtype=np.int32))
-        reward, obs, first = self.venv.observe()
-        return obs["rgb"], reward.astype(np.float32), first.copy(), np.zeros_like(first), {}
+        actions = np.asarray(actions, dtype=np.int32)
+        if self.gym3:
+            self.venv.act(actions)
+            reward, obs, first = self.venv.observe()
+            obs = obs["rgb"]
+        else:
+            obs, reward, first, _, _ = self.venv.step(actions)
+        return obs, reward, first, np.zeros_like(first), {}
 
 
 def make_env(args, seed):
