@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 
-import gymnasium as gym
+import filelock  # comes with torch: the run folder's lock (Run)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -129,33 +129,24 @@ def apply_batch_size_invariance(args):
         args.adam_betas = tuple(b ** (1 / c) for b in args.adam_betas)  # Appendix D
 
 
-# --- Environment: Procgen as a gymnasium VectorEnv ------------------------------------------------
+# --- Environment: Procgen's vector env ------------------------------------------------------------------------
 PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
                  "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
 NUM_ACTIONS = 15  # every Procgen game has the same 15 actions
 
 
-class ProcgenVecEnv(gym.vector.VectorEnv):
-    """Procgen's vector env behind gymnasium's VectorEnv interface. Procgen resets an environment inside the step
-    that ends its episode (the observation returned is the next level's first frame): gymnasium's SAME_STEP
-    autoreset (procgen-gym's own metadata says NEXT_STEP, wrongly). Time-outs are episode ends too, so everything is
-    `terminated` (as in the official code). procgen-gym and procgen-mirror play the same games, frame for frame
-    (tests/test_procgen_packages.py); only the calls differ: procgen-gym's `step`, gym3's `act` then `observe`."""
-    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-
+class ProcgenVecEnv:
+    """num_envs Procgen games, stepped as a gymnasium vector env. An env resets inside the step that ends its episode
+    (the obs is then the next level's first frame); a time-out is an end too: all `terminated`, as officially. It
+    adds up each episode for the log (info["episode"]); its state_dict holds every game, so a resumed run goes on in
+    the same episodes. procgen-gym and procgen-mirror play the same games (tests/test_procgen_packages.py)."""
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
         self.gym3 = hasattr(procgen, "ProcgenGym3Env")  # procgen-mirror's env speaks gym3
         self.venv = (procgen.ProcgenGym3Env if self.gym3 else procgen.ProcgenVecEnv)(
             num_envs, env_name=env_id, distribution_mode=distribution_mode, num_levels=num_levels,
             start_level=start_level, rand_seed=seed, num_threads=min(16, cpu_threads()))
-        self.num_envs = num_envs
-        self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
-        self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
-        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
-        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
-
-    def reset(self, *, seed=None, options=None):  # Procgen resets itself: this only reads the frames
-        return (self.venv.observe()[1]["rgb"] if self.gym3 else self.venv.reset()[0]), {}
+        self.num_envs, self.obs = num_envs, self.venv.observe()[1]["rgb"] if self.gym3 else self.venv.reset()[0]
+        self.first, self.returns, self.lengths = np.ones(num_envs, bool), np.zeros(num_envs), np.zeros(num_envs, int)
 
     def step(self, actions):
         actions = np.asarray(actions, dtype=np.int32)
@@ -165,12 +156,19 @@ class ProcgenVecEnv(gym.vector.VectorEnv):
             obs = obs["rgb"]
         else:
             obs, reward, first, _, _ = self.venv.step(actions)
-        return obs, reward, first, np.zeros_like(first), {}
+        self.obs, self.first, self.returns, self.lengths = obs, first, self.returns + reward, self.lengths + 1
+        info = {"episode": {"r": self.returns, "l": self.lengths}, "_episode": first} if first.any() else {}
+        self.returns, self.lengths = np.where(first, 0, self.returns), np.where(first, 0, self.lengths)
+        return obs, reward, first, np.zeros_like(first), info
 
+    def state_dict(self):  # every game, and each env's episode so far and last frame
+        games = self.venv.callmethod("get_state") if self.gym3 else self.venv.get_state()
+        return {"games": games, **{k: torch.tensor(getattr(self, k)) for k in ("obs", "first", "returns", "lengths")}}
 
-def make_env(args, seed):
-    env = ProcgenVecEnv(args.env_id, args.num_envs, args.distribution_mode, args.num_levels, args.start_level, seed)
-    return gym.wrappers.vector.RecordEpisodeStatistics(env)  # every finished episode's return and length
+    def load_state_dict(self, state):
+        self.venv.callmethod("set_state", state["games"]) if self.gym3 else self.venv.set_state(state["games"])
+        for k in ("obs", "first", "returns", "lengths"):
+            setattr(self, k, state[k].numpy())
 
 
 # --- Network: IMPALA CNN (Espeholt et al. 2018) ------------------------------------------------------
@@ -544,11 +542,16 @@ def main(argv=None):
     aux_buffer = AuxBuffer(args.n_pi, args.num_envs, args.num_steps, device)
     learner = dict(agent=agent, optimizer=optimizer, reward_normalizer=reward_normalizer, adv_moments=adv_moments,
                    aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)
-    run = Run(args, device, learner, stale_rollouts)  # resumes a run or makes its folder; says what runs
-    envs = make_env(args, seed=run.env_seed)
-    next_obs = torch.from_numpy(envs.reset()[0]).to(device)
-    next_first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
-    for iteration in range(run.start_iteration + 1, run.num_iterations + 1):
+    learner["envs"] = envs = ProcgenVecEnv(args.env_id, args.num_envs, args.distribution_mode, args.num_levels,
+                                           args.start_level, seed=args.seed + 100_000 * worker()[0])  # a worker's own
+    # The run's length: whole phases of N_pi iterations of all workers' envs, so that it ends with an aux phase
+    num_iterations = args.n_pi * math.ceil(args.total_timesteps / (args.n_pi * args.num_envs * args.num_steps *
+                                                                   worker()[1]))
+    # --resume, as nanoGPT's: the saved state back in place (the envs' too: their episodes go on), and go on from there
+    start, time_s = load_checkpoint(checkpoint_path(args.resume), learner, stale_rollouts) if args.resume else (0, 0.0)
+    run = Run(args, device, learner, num_iterations, start, time_s)  # the run folder, progress.csv, the console
+    next_obs, next_first = torch.from_numpy(envs.obs).to(device), torch.from_numpy(envs.first).to(device)
+    for iteration in range(start + 1, num_iterations + 1):
         rollout, rollout_log = collect_rollout(envs, agent, next_obs, next_first, args.num_steps)
         next_obs, next_first = rollout["next_obs"], rollout["next_first"]
         if args.norm_reward:
@@ -567,12 +570,12 @@ def main(argv=None):
         if args.capture_video and run.due(iteration, args.video_interval):
             run.evaluate(iteration, video=True)  # a GIF of one episode
         run.log(iteration, stats, rollout_log)  # a row of progress.csv and a line on the console
-        broken, stopping = run.check(iteration)  # a non-finite value; SIGINT or SIGTERM
+        broken, stopping = run.check(iteration)  # a non-finite value; SIGINT, SIGTERM or SIGHUP
         if args.save_model and not broken and (stopping or run.due(iteration, args.save_interval * args.n_pi)):
-            run.save(iteration)
+            save_checkpoint(run, learner, stale_rollouts, iteration)  # the appendix
         if broken or stopping:
             break
-    return run.finish(envs)
+    return run.finish()
 
 
 # ===================================================================================================================
@@ -596,6 +599,8 @@ def check_args(p, args):
     rules += [(k, 0 <= v[k] < 1, "in [0, 1)") for k in ("clip_coef", "norm_reward_gamma", "adv_ewma_decay", "beta_prox")
               if k in v]  # clip_coef: log(1 - epsilon) must exist
     rules += [("imp_samp_max", v["imp_samp_max"] == 0 or 1 <= v["imp_samp_max"] < inf, "0 or at least 1")]
+    rules += [(k, v[k] < 2 ** 30, "below 2**30 (Procgen's seeds are 31-bit; workers and evaluation add offsets)")
+              for k in ("seed", "start_level", "num_levels")]
     c, t, m = max(1, args.batch_divisor), args.num_steps, max(1, args.num_minibatches)
     n, epochs = max(1, args.num_envs // c), "update_epochs" if "update_epochs" in v else "e_pi"
     by_step, by_env = args.minibatch_by == "step", n % m == 0 if m <= n else m % n == 0 and t % (m // n) == 0
@@ -609,7 +614,7 @@ def check_args(p, args):
 
 
 FREE = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_interval", "eval_episodes", "eval_interval",
-        "micro_batch_size", "compile", "resume", "evaluate", "save_model")  # what a resume or an evaluation may change
+        "micro_batch_size", "compile", "resume", "evaluate", "save_model")  # what a resume may change (never shorten)
 DERIVED = ("batch_size", "minibatch_size", "num_iterations", "device", "versions", "world_size", "global_batch_size",
            "script")  # in config.json beside the arguments
 
@@ -617,29 +622,32 @@ DERIVED = ("batch_size", "minibatch_size", "num_iterations", "device", "versions
 def resume_args(p, argv, args):
     """--resume or --evaluate RUN_DIR: the run's config.json becomes the parser's defaults, as in nanoGPT. A flag given
     again must repeat the run's value unless it is FREE: the run's results stay those of one configuration."""
-    run_dir = args.resume or args.evaluate
-    if not os.path.isfile(os.path.join(run_dir, CHECKPOINT)):
-        p.error(f"argument --{'resume' if args.resume else 'evaluate'}: no {CHECKPOINT} in {run_dir!r}")
-    with open(os.path.join(run_dir, "config.json")) as f:
-        config = json.load(f)
+    run_dir, flag = args.resume or args.evaluate, "resume" if args.resume else "evaluate"
+    if not os.path.isfile(checkpoint_path(run_dir)):
+        p.error(f"argument --{flag}: no {os.path.basename(checkpoint_path(run_dir))} in {run_dir!r}")
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            config = dict(json.load(f))
+    except (OSError, ValueError, TypeError) as e:  # missing, cut short, or not a run's config
+        p.error(f"argument --{flag}: cannot read {run_dir!r}'s config.json ({type(e).__name__})")
     made_by, missing = config.get("script"), sorted(set(vars(args)) - set(config))
     if made_by != SCRIPT or missing:  # another script, or an older version whose defaults may not be the run's
         why = f"a run of {made_by}" if made_by != SCRIPT else f"from an older {SCRIPT}, with no {missing[0]}"
-        p.error(f"argument --{'resume' if args.resume else 'evaluate'}: {run_dir!r} is {why}, not of this {SCRIPT}")
+        p.error(f"argument --{flag}: {run_dir!r} is {why}, not of this {SCRIPT}")
     p.set_defaults(**{k: v for k, v in config.items() if k not in DERIVED + ("micro_batch_size", "resume", "evaluate")})
     args = p.parse_args(argv)
     for key, value in vars(args).items():
-        if key not in FREE and value != config[key]:
+        if key not in FREE and value != config[key] or key == "total_timesteps" and value < config[key]:
             p.error(f"argument --{key.replace('_', '-')}: the run in {run_dir!r} has {config[key]!r}, got {value!r}")
     if args.resume and config["world_size"] != worker()[1]:  # each worker's environments and generator are its own
         p.error(f"argument --resume: the run has {config['world_size']} workers: resume it with "
                 f"{resume_command(run_dir, config['world_size'])}")
+    check_args(p, argparse.Namespace(**{**vars(args), "num_envs": args.num_envs * args.batch_divisor}))  # as a new run
     args.eval_episodes = args.eval_episodes or (10 if args.evaluate else 0)
     return args
 
 
-def resume_command(run_dir, world_size):
-    """The command that resumes run_dir from any folder, with the workers it was started with (on one node)."""
+def resume_command(run_dir, world_size):  # from any folder, with the workers it was started with (on one node)
     launcher = "python" if world_size == 1 else f"torchrun --nproc-per-node {world_size}"
     return f"{launcher} {shlex.quote(os.path.abspath(__file__))} --resume {shlex.quote(os.path.abspath(run_dir))}"
 
@@ -695,18 +703,21 @@ def all_reduce_sum(tensor):
     return tensor
 
 
-def configure_cnns(nets, bf16, compile):
-    """--bf16 and --compile for every IMPALA CNN in `nets`, in place (parameter names unchanged). Static shapes: a graph
-    per batch size and grad mode (a dynamic batch fails to compile in torch 2.13); past torch's limit, eager."""
+def prepare_networks(learner, args):
+    """Rank 0's weights on every worker; --bf16 and --compile for every IMPALA CNN, in place (parameter names kept).
+    Static shapes: a graph per batch size and grad mode (dynamic ones fail in torch 2.13); past torch's limit, eager."""
+    nets = [m for m in learner.values() if isinstance(m, nn.Module)]
+    if dist.is_initialized():
+        for tensor in [t for net in nets for t in net.state_dict().values() if isinstance(t, torch.Tensor)]:
+            dist.broadcast(tensor, 0)
     for cnn in [m for net in nets for m in net.modules() if isinstance(m, ImpalaCNN)]:
-        cnn.bf16 = bf16
-        if compile:
+        cnn.bf16 = args.bf16
+        if args.compile:
             cnn.compile(dynamic=False)
 
 
 # --- Evaluation and videos -----------------------------------------------------------------------------------------
-def held_out_levels(args):
-    """(start_level, num_levels) for evaluation: the levels after the training range with --num-levels, else all."""
+def held_out_levels(args):  # (start_level, num_levels): the levels after the training range with --num-levels, else all
     return (args.start_level + args.num_levels, 1_000_000) if args.num_levels else (args.start_level, 0)
 
 
@@ -716,20 +727,18 @@ def evaluate(args, agent, episodes, seed, gif=None):
     would favour short ones), envs and generator apart from training's. With `gif`: the first episode as a GIF there."""
     start_level, num_levels = held_out_levels(args)
     device, frames = next(agent.parameters()).device, []
-    envs = make_env(argparse.Namespace(**{**vars(args), "num_envs": episodes, "start_level": start_level,
-                                          "num_levels": num_levels}), seed)
-    generator, (obs, _) = torch.Generator(device).manual_seed(seed), envs.reset()
+    envs = ProcgenVecEnv(args.env_id, episodes, args.distribution_mode, num_levels, start_level, seed)
+    generator, obs = torch.Generator(device).manual_seed(seed), envs.obs
     returns, lengths = np.full(episodes, np.nan), np.zeros(episodes, dtype=int)
     while np.isnan(returns).any():
         if gif and np.isnan(returns[0]) and len(frames) < 1000:
             frames.append(obs[0])
         logits = agent.logits(torch.from_numpy(obs).to(device))
         action = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
-        obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
-        first_end = (terminated | truncated) & np.isnan(returns)  # after an end, obs is the next level's first frame
+        obs, _, ended, _, info = envs.step(action.cpu().numpy())
+        first_end = ended & np.isnan(returns)  # after an end, obs is the next level's first frame
         if first_end.any():
             returns[first_end], lengths[first_end] = info["episode"]["r"][first_end], info["episode"]["l"][first_end]
-    envs.close()
     if gif:
         from PIL import Image  # comes with matplotlib
         images = [Image.fromarray(frame).resize((128, 128), Image.NEAREST) for frame in frames]
@@ -740,103 +749,116 @@ def evaluate(args, agent, episodes, seed, gif=None):
 
 def evaluate_saved_agent(args, device):
     """--evaluate RUN_DIR: load the saved agent, evaluate it on held-out levels, optionally write a GIF."""
-    agent, state = Agent(NUM_ACTIONS).to(device), read_checkpoint(os.path.join(args.evaluate, CHECKPOINT))
-    agent.load_state_dict(state["agent"])
+    agent = Agent(NUM_ACTIONS).to(device)
+    iteration = load_checkpoint(checkpoint_path(args.evaluate), {"agent": agent}, collections.deque())[0]
     returns, lengths = evaluate(args, agent, args.eval_episodes, seed=args.seed + 10_000)
     stderr = np.std(returns, ddof=1) / math.sqrt(len(returns)) if len(returns) > 1 else float("nan")
-    say(f"{args.env_id}, iteration {state['iteration']}: mean return {np.mean(returns):.2f} +- {stderr:.2f} "
+    say(f"{args.env_id}, iteration {iteration}: mean return {np.mean(returns):.2f} +- {stderr:.2f} "
         f"(standard error) over {len(returns)} held-out episodes, mean length {np.mean(lengths):.0f}")
     if args.capture_video:
-        gif = os.path.join(args.evaluate, "videos", f"evaluate_iter_{state['iteration']:06d}.gif")
+        gif = os.path.join(args.evaluate, "videos", f"evaluate_iter_{iteration:06d}.gif")
         evaluate(args, agent, 1, seed=args.seed + 20_000, gif=gif)
         say(f"video: {gif}")
     return returns
 
 
-# --- Checkpoints and the console -----------------------------------------------------------------------------------
-CHECKPOINT = "checkpoint.pt"
+# --- Checkpoints: what a resume puts back ---------------------------------------------------------------------------
+def checkpoint_path(run_dir):  # each worker saves its own
+    return os.path.join(run_dir, f"checkpoint.rank{worker()[0]}.pt" if worker()[0] else "checkpoint.pt")
 
 
-def read_checkpoint(path):
-    """Safe, memory-mapped loading onto the CPU from any device: load_state_dict puts each tensor in its place, Adam's
-    step counters stay on the CPU as in a fresh Adam (no host sync per step). A damaged file: one line, exit code 2."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # truncated, corrupt, or not a checkpoint at all
-        sys.exit(f"{SCRIPT}: error: cannot read {path} ({type(e).__name__}): put back a copy, or start a new run")
+def save_checkpoint(run, learner, stale_rollouts, iteration):
+    """What load_checkpoint puts back: the learner (the envs' games too), the staleness FIFO, the generators..."""
+    state = {name: obj.state_dict() for name, obj in learner.items()}
+    cuda = torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None
+    state.update(script=SCRIPT, iteration=iteration, time_s=time.time() - run.start_time,
+                 stale_rollouts=list(stale_rollouts), rng={"torch": torch.get_rng_state(), "cuda": cuda})
+    replace_file(run.checkpoint, lambda tmp: torch.save(state, tmp))
+    run.last_saved = iteration
+
+
+def load_checkpoint(path, learner, stale_rollouts):
+    """--resume: the saved state put back in place, as nanoGPT's resume does; returns (iteration, seconds so far). A
+    checkpoint from before the envs were saved (issue 53) resumes with fresh episodes from the run's first levels."""
+    try:  # safe, memory-mapped, onto the CPU from any device: load_state_dict puts each tensor in its place, and
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # Adam's step counts stay there
+    except Exception as e:  # missing, truncated, corrupt, or not a checkpoint at all
+        error(f"cannot read {path} ({type(e).__name__}): put back a copy, or start a new run")
+    device = next(learner["agent"].parameters()).device
+    if state.get("script", SCRIPT) != SCRIPT:
+        error(f"{path} is a checkpoint of {state['script']}, not of this {SCRIPT}")
+    for name in learner.keys() & state.keys():
+        learner[name].load_state_dict(state[name])
+    torch.set_rng_state(state["rng"]["torch"])
+    if device.type == "cuda" and state["rng"].get("cuda") is not None:  # none from a CPU run
+        torch.cuda.set_rng_state(state["rng"]["cuda"], device)
+    stale_rollouts.extend({k: v.to(device) for k, v in r.items()} for r in state["stale_rollouts"])
+    n, total, squares = all_reduce_sum(torch.tensor([1, state["iteration"], state["iteration"] ** 2], device=device))
+    if n * squares != total * total:  # every worker saves its own checkpoint: they must be of one iteration
+        error(f"the workers' checkpoints in {os.path.dirname(path)} are of different iterations: put back a set")
+    return state["iteration"], state["time_s"]
 
 
 def replace_file(path, write):
-    """write(path + ".tmp") renamed over path: a crash leaves the old file or the new one whole, a failure no .tmp."""
+    """write(path + ".tmp"), synced to the disk, renamed over path: a crash, kill -9 or power cut leaves the old file or
+    the new one whole; a failure (a full disk) leaves no .tmp."""
     try:
         write(path + ".tmp")
+        with open(path + ".tmp", "rb+") as f:  # on the disk before the rename: a power cut cannot leave it empty
+            os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path + ".tmp")
 
 
-def say(*args, file=None):
-    if worker()[0] == 0:  # rank 0 speaks for all workers
-        print(*args, file=file or sys.stdout, flush=True)
-
-
-# --- The run: its folder, progress.csv, checkpoints, signals and the console ---------------------------------------
+# --- The run: its folder, progress.csv, signals and the console -----------------------------------------------------
 COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length", "policy_loss",
            "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac", "eval_return",
            "eval_length", "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG only
 
 
+def error(message):
+    print(f"{SCRIPT}: error: {message}", file=sys.stderr)  # one line and exit code 2, as argparse's
+    sys.exit(2)
+
+
+def say(*args):
+    if worker()[0] == 0:  # rank 0 speaks for all workers
+        print(*args, flush=True)
+
+
 class Run:
-    """What main() needs around its loop: the run folder (rank 0 writes config.json, progress.csv and the videos, every
-    worker its checkpoint), evaluation, a row and a console line, checks for non-finite values and signals, saving."""
-    def __init__(self, args, device, learner, stale_rollouts):
-        self.args, self.device, self.learner, self.stale_rollouts = args, device, learner, stale_rollouts
-        (self.rank, self.world_size), self.signal, self.problem = worker(), None, None
-        self.global_batch_size = args.num_envs * args.num_steps * self.world_size  # env steps per iteration
-        phase = getattr(args, "n_pi", 1)  # PPG's run is whole phases: it ends with an aux phase, small to checkpoint
-        self.num_iterations = phase * math.ceil(args.total_timesteps / (self.global_batch_size * phase))  # rounded up
-        # SIGINT (Ctrl-C) or SIGTERM: finish the iteration, checkpoint, exit; a second one stops at once
-        self.handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        modules = [m for m in learner.values() if isinstance(m, nn.Module)]
-        if dist.is_initialized():  # rank 0's weights everywhere: all workers start from the same
-            for tensor in [t for m in modules for t in m.state_dict().values() if isinstance(t, torch.Tensor)]:
-                dist.broadcast(tensor, 0)
-        configure_cnns(modules, args.bf16, args.compile)
-        box = [args.resume or (self.new_dir() if self.rank == 0 else None)]  # rank 0 names the folder for every worker
+    """The run folder, one writer at a time; a row of progress.csv and a console line per iteration; signals, stops."""
+    def __init__(self, args, device, learner, num_iterations, start_iteration, time_s):
+        self.args, self.device, self.agent, self.num_iterations = args, device, learner["agent"], num_iterations
+        (self.rank, self.world_size), self.signal, self.problem, self.launcher = worker(), None, None, os.getppid()
+        self.last_saved, self.global_batch_size = start_iteration or None, args.num_envs * args.num_steps * worker()[1]
+        # SIGINT (Ctrl-C), SIGTERM, SIGHUP (a closed terminal; not under nohup): finish the iteration, save, exit
+        self.handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM,
+                         getattr(signal, "SIGHUP", None)) if s and signal.getsignal(s) != signal.SIG_IGN}
+        name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        box = [args.resume or os.path.join(args.runs_dir, name)]
+        if self.rank == 0 and not args.resume:  # a run started in the same second under the same name fails here
+            os.makedirs(box[0])
         if dist.is_initialized():
-            dist.broadcast_object_list(box, 0)
-        self.dir = box[0]
-        self.checkpoint = os.path.join(self.dir, f"checkpoint.rank{self.rank}.pt" if self.rank else CHECKPOINT)
-        self.start_iteration, elapsed = self.load() if args.resume else (0, 0.0)
-        self.last_saved = self.start_iteration if args.resume else None
+            dist.broadcast_object_list(box, 0)  # rank 0's folder for every worker
+        self.dir, self.checkpoint = box[0], checkpoint_path(box[0])
+        self.lock = filelock.FileLock(os.path.join(self.dir, f"run.rank{self.rank}.lock" if self.rank else "run.lock"))
+        try:  # held while this process lives, however it ends (the OS lets go): a second writer of the folder, as a
+            self.lock.acquire(timeout=0)  # resume while the run or its orphaned workers still train, stops here
+        except filelock.Timeout:
+            error(f"{self.dir} is in use by another process (the run, or a resume of it, still going): stop it first")
+        prepare_networks(learner, args)
         if self.rank == 0:
             self.write_config()
-            self.csv_file, self.progress = self.open_progress()
-        self.env_seed = args.seed + 100_000 * self.rank + self.start_iteration  # a resumed run plays new levels
+            self.csv_file, self.progress = self.open_progress(start_iteration)
         knobs = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in vars(args).items()
                           if k in ("learning_rate", "beta_prox", "prox", "n_pi"))
         say(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
-            f"{args.num_steps} steps x {self.world_size} worker(s), {self.num_iterations} iterations = "
-            f"{self.num_iterations * self.global_batch_size:,} steps; {knobs}; run folder {self.dir}")
-        self.start_time, self.last_time, self.watch_time = time.time() - elapsed, time.time(), 0.0
-
-    def new_dir(self):  # fails rather than share a folder with a run started in the same second
-        args = self.args
-        path = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        os.makedirs(path)
-        return path
-
-    def load(self):
-        """--resume: learner, generators, staleness FIFO; (iteration, seconds). Procgen's episodes start afresh."""
-        checkpoint = read_checkpoint(self.checkpoint)
-        for name, obj in self.learner.items():
-            obj.load_state_dict(checkpoint[name])
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        if self.device.type == "cuda" and checkpoint["rng"].get("cuda") is not None:  # none from a CPU run
-            torch.cuda.set_rng_state(checkpoint["rng"]["cuda"], self.device)
-        self.stale_rollouts.extend({k: v.to(self.device) for k, v in r.items()} for r in checkpoint["stale_rollouts"])
-        return checkpoint["iteration"], checkpoint["time_s"]
+            f"{args.num_steps} steps x {self.world_size} worker(s), {num_iterations} iterations = "
+            f"{num_iterations * self.global_batch_size:,} steps; {knobs}; run folder {self.dir}")
+        self.start_time, self.last_time, self.watch_time = time.time() - time_s, time.time(), 0.0
 
     def on_signal(self, signum, frame):
         if self.signal is not None:
@@ -847,13 +869,12 @@ class Run:
     def due(self, iteration, every):  # every `every` iterations, and at the end
         return iteration % every == 0 or iteration == self.num_iterations
 
-    def evaluate(self, iteration, video=False):
-        """Rank 0: the policy on held-out levels, for the row's eval_return and eval_length; or one episode's GIF."""
-        start, args, agent = time.time(), self.args, self.learner["agent"]
+    def evaluate(self, iteration, video=False):  # rank 0: held-out levels for eval_return and _length, or a GIF
+        start, args = time.time(), self.args
         if self.rank != 0:
             return {}
         gif = os.path.join(self.dir, "videos", f"iter_{iteration:06d}.gif") if video else None
-        returns, lengths = evaluate(args, agent, 1 if video else args.eval_episodes, args.seed + iteration, gif)
+        returns, lengths = evaluate(args, self.agent, 1 if video else args.eval_episodes, args.seed + iteration, gif)
         self.watch_time += time.time() - start  # left out of the iteration's speed
         return {} if video else {"eval_return": np.mean(returns), "eval_length": np.mean(lengths)}
 
@@ -877,9 +898,10 @@ class Run:
         self.last_time, self.watch_time = now, 0.0
 
     def check(self, iteration):
-        """(broken, stopping) on all workers: a non-finite loss or parameter stops before saving, a signal after."""
+        """(broken, stopping) on all workers: a non-finite value stops before saving, a signal (or orphan) after."""
         bad = [k for k, v in self.row.items() if isinstance(v, float) and not math.isfinite(v)] or [
-            f"parameter {n}" for n, p in self.learner["agent"].named_parameters() if not torch.isfinite(p).all()]
+            f"parameter {n}" for n, p in self.agent.named_parameters() if not torch.isfinite(p).all()]
+        self.signal = self.signal or ("no launcher" if self.world_size > 1 and os.getppid() != self.launcher else None)
         broken, stopping = all_reduce_sum(torch.tensor([bool(bad), self.signal is not None],
                                                        dtype=torch.float64, device=self.device)).tolist()
         if broken:
@@ -887,23 +909,13 @@ class Run:
         self.signal = self.signal or ("SIGTERM" if stopping else None)  # another worker's signal stops this one too
         return bool(broken), bool(stopping)
 
-    def save(self, iteration):
-        """The learner, the generators (CPU, and this run's GPU), the iteration and the staleness FIFO, whole or not."""
-        state = {name: obj.state_dict() for name, obj in self.learner.items()}
-        state["rng"] = {"torch": torch.get_rng_state(),
-                        "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None}
-        state.update(iteration=iteration,
-                     time_s=time.time() - self.start_time, stale_rollouts=list(self.stale_rollouts))
-        replace_file(self.checkpoint, lambda tmp: torch.save(state, tmp))
-        self.last_saved = iteration
-
-    def finish(self, envs):
+    def finish(self):
         """Close everything; a non-finite stop or a signal exits with its message, a finished run returns its folder."""
         for s, handler in self.handlers.items():
             signal.signal(s, handler)
         if self.rank == 0:
             self.csv_file.close()
-        envs.close()
+        self.lock.release()  # for a caller that goes on (a test, a notebook): a process that ends lets go anyway
         if dist.is_initialized():
             dist.destroy_process_group()
         kept = f"checkpoint of iteration {self.last_saved}" if self.last_saved is not None else "no checkpoint"
@@ -912,33 +924,33 @@ class Run:
         if self.signal:
             say(f"Stopped ({self.signal}), {kept}" + (f": resume with {resume_command(self.dir, self.world_size)}"
                                                       if self.last_saved is not None else " (--no-save-model)."))
-            sys.exit(128 + getattr(signal, self.signal))
+            sys.exit(128 + getattr(signal, self.signal, signal.SIGTERM))
         return self.dir
 
     def write_config(self):
         """Every hyperparameter after Section 4's adjustments, what the run is made of, and the package versions."""
         args, batch_size = self.args, self.args.num_envs * self.args.num_steps
+        cpu = next((line.split(":")[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                   "") if os.path.exists("/proc/cpuinfo") else platform.processor()  # a run's speed depends on it
         versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-                    "gymnasium": gym.__version__, "procgen": getattr(procgen, "__version__", "unknown").strip()}
+                    "procgen": f"{procgen.__name__} {getattr(procgen, '__version__', 'unknown').strip()}", "cpu": cpu}
         derived = {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
                    "num_iterations": self.num_iterations, "device": str(self.device), "world_size": self.world_size,
                    "global_batch_size": self.global_batch_size, "script": SCRIPT}
         config = json.dumps({**vars(args), **derived, "versions": versions}, indent=2)
         replace_file(os.path.join(self.dir, "config.json"), lambda tmp: open(tmp, "w").write(config))
 
-    def open_progress(self):
+    def open_progress(self, start_iteration):
         """progress.csv, open for appending; on resume with the rows up to the checkpoint only (written whole)."""
         path, rows = os.path.join(self.dir, "progress.csv"), []
         columns = [c for c in COLUMNS if not c.startswith("aux_") or "n_pi" in vars(self.args)]  # PPG's aux phase
-        if self.start_iteration and os.path.exists(path):
+        if start_iteration and os.path.exists(path):
             with open(path, newline="") as f:
-                rows = [row for row in csv.DictReader(f) if int(row["iteration"]) <= self.start_iteration]
+                rows = [row for row in csv.DictReader(f) if int(row["iteration"]) <= start_iteration]
 
         def write(tmp):
             with open(tmp, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=columns)
-                writer.writeheader()
-                writer.writerows(rows)
+                csv.DictWriter(f, columns).writerows([dict(zip(columns, columns)), *rows])  # the header, the rows
         replace_file(path, write)
         csv_file = open(path, "a", newline="")
         return csv_file, csv.DictWriter(csv_file, fieldnames=columns)

@@ -158,7 +158,6 @@ def pieces_mode(args):
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     n, steps = args.num_envs, args.num_steps
     env = ppo.ProcgenVecEnv(args.env_id, n, "easy", 0, 0, 1)
-    env.reset()
     actions = np.random.randint(0, 15, size=n)
     t = time.perf_counter()
     for _ in range(100):

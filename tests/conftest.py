@@ -5,7 +5,6 @@ import importlib.util
 import os
 import sys
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -66,25 +65,31 @@ def learning_columns(rows):
     return [{c: r[c] for c in LEARNING_COLUMNS} for r in rows]
 
 
-class StatelessEnv(gym.vector.VectorEnv):
-    """A stand-in for Procgen with no state to lose: the same frame every step, one-step episodes paying 1 for
-    action 3. A resumed run then sees exactly the data the uninterrupted run sees, so everything must match."""
-    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-
+class StatelessEnv:
+    """A stand-in for Procgen (the scripts' ProcgenVecEnv) with no state to lose: the same frame every step, one-step
+    episodes paying 1 for action 3. A resumed run then sees exactly the data the uninterrupted run sees, so everything
+    must match."""
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
-        self.num_envs = num_envs
-        self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
-        self.single_action_space = gym.spaces.Discrete(15)
-        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
-        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
-        self.frame = np.full((num_envs, 64, 64, 3), 90, dtype=np.uint8)
-
-    def reset(self, *, seed=None, options=None):
-        return self.frame, {}
+        self.num_envs, self.first = num_envs, np.ones(num_envs, dtype=bool)
+        self.obs = np.full((num_envs, 64, 64, 3), 90, dtype=np.uint8)
 
     def step(self, actions):
-        done = np.ones(self.num_envs, dtype=bool)
-        return self.frame, (np.asarray(actions) == 3).astype(np.float32), done, ~done, {}
+        reward, done = self.reward(np.asarray(actions)), np.ones(self.num_envs, dtype=bool)
+        self.obs = self.next_frame()
+        info = {"episode": {"r": reward.astype(np.float64), "l": done.astype(int)}, "_episode": done}
+        return self.obs, reward, done, ~done, info  # every episode ends: info has each one's return and length
+
+    def reward(self, actions):
+        return (actions == 3).astype(np.float32)
+
+    def next_frame(self):
+        return self.obs
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
 
 
 class EchoEnv(StatelessEnv):
@@ -94,22 +99,17 @@ class EchoEnv(StatelessEnv):
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
         super().__init__(env_id, num_envs, distribution_mode, num_levels, start_level, seed)
         self.rng = np.random.default_rng(seed)
-        self.shown = self.rng.integers(0, 4, num_envs)
+        self.obs = self.next_frame()
 
-    def draw(self):
-        self.frame = np.zeros((self.num_envs, 64, 64, 3), dtype=np.uint8)
-        for i, corner in enumerate(self.shown):
-            self.frame[i, 32 * (corner // 2):32 * (corner // 2) + 32, 32 * (corner % 2):32 * (corner % 2) + 32] = 255
-        return self.frame
+    def reward(self, actions):
+        return (actions == self.shown).astype(np.float32)
 
-    def reset(self, *, seed=None, options=None):
-        return self.draw(), {}
-
-    def step(self, actions):
-        reward = (np.asarray(actions) == self.shown).astype(np.float32)
+    def next_frame(self):
         self.shown = self.rng.integers(0, 4, self.num_envs)
-        done = np.ones(self.num_envs, dtype=bool)
-        return self.draw(), reward, done, ~done, {}
+        frame = np.zeros((self.num_envs, 64, 64, 3), dtype=np.uint8)
+        for i, corner in enumerate(self.shown):
+            frame[i, 32 * (corner // 2):32 * (corner // 2) + 32, 32 * (corner % 2):32 * (corner % 2) + 32] = 255
+        return frame
 
 
 class RecordingSGD(torch.optim.SGD):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (BATCH, GPU, PPG_SCRIPTS, ROOT, TINY, StatelessEnv, assert_same_state, learning_columns, load,
+from conftest import (BATCH, GPU, LEARNING_COLUMNS, ROOT, TINY, assert_same_state, learning_columns, load,
                       read_progress, run_tiny, tiny_argv)
 
 
@@ -17,44 +17,58 @@ def checkpoint(run_dir, name="checkpoint.pt"):
     return torch.load(os.path.join(run_dir, name), weights_only=True)
 
 
-def test_resume_equals_an_uninterrupted_run(ewma_script, tmp_path, monkeypatch):
-    """2 iterations + resume to 4 == 4 iterations: every learning column and every saved tensor (networks,
-    EWMA, optimisers, normalisers, staleness FIFO, RNG states; PPG's saved right after its aux phase). The EWMA
-    scripts hold every piece of state their baselines hold, and more (the diffs say so), so they stand for all four."""
-    script = ewma_script
-    monkeypatch.setattr(script, "ProcgenVecEnv", StatelessEnv)
-    name = script.__name__
-    extra = ["--staleness", "1", "--save-interval", "1"] + (["--n-pi", "2"] if name in PPG_SCRIPTS else [])
-    full = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "full"), "--total-timesteps", str(4 * BATCH),
-                                 *extra))
-    part = script.main(tiny_argv(name, "--runs-dir", str(tmp_path / "part"), "--total-timesteps", str(2 * BATCH),
-                                 *extra))
-    assert checkpoint(part)["iteration"] == 2
-    assert script.main(["--resume", part, "--total-timesteps", str(4 * BATCH)]) == part
-    rows_full, rows_part = read_progress(full), read_progress(part)
-    assert [r["iteration"] for r in rows_part] == ["1", "2", "3", "4"]
-    assert learning_columns(rows_full) == learning_columns(rows_part)
+COMPARED = LEARNING_COLUMNS + ["aux_kl", "aux_value_loss", "aux_true_value_loss"]  # all but the wall-clock columns
+
+
+def same_rows(a, b):
+    return [{c: r.get(c) for c in COMPARED} for r in read_progress(a)] == [{c: r.get(c) for c in COMPARED}
+                                                                          for r in read_progress(b)]
+
+
+def test_a_run_stopped_by_sigterm_and_resumed_is_the_run_that_never_stopped(script, tmp_path, monkeypatch, capsys):
+    """Real Procgen, staleness 1, 4 iterations; a SIGTERM after iteration 3 (PPG, N_pi 2: the first iteration of the
+    second phase), then --resume: every row of progress.csv and every saved tensor equal an uninterrupted run's. The
+    envs' games are in the checkpoint, so the same episodes go on; so are the staleness FIFO and the aux buffer."""
+    name, real_log = script.__name__, script.Run.log
+    argv = lambda folder: tiny_argv(name, "--runs-dir", str(tmp_path / folder), "--total-timesteps",  # noqa: E731
+                                    str(4 * BATCH), "--staleness", "1", "--save-interval", "1")
+    full = script.main(argv("full"))
+
+    def log(run, iteration, *rest):  # a SIGTERM as from `kill`, right after the row of iteration 3
+        real_log(run, iteration, *rest)
+        if iteration == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+    monkeypatch.setattr(script.Run, "log", log)
+    with pytest.raises(SystemExit) as stop:
+        script.main(argv("part"))
+    part = os.path.join(tmp_path, "part", os.listdir(tmp_path / "part")[0])
+    assert stop.value.code == 128 + signal.SIGTERM and checkpoint(part)["iteration"] == 3
+    assert "Stopped (SIGTERM), checkpoint of iteration 3: resume with" in capsys.readouterr().out
+    monkeypatch.setattr(script.Run, "log", real_log)
+    assert script.main(["--resume", part]) == part
+    assert [r["iteration"] for r in read_progress(part)] == ["1", "2", "3", "4"] and same_rows(full, part)
     a, b = checkpoint(full), checkpoint(part)
     a.pop("time_s"), b.pop("time_s")
     assert_same_state(a, b)
-    config = json.load(open(os.path.join(part, "config.json")))
-    assert config["total_timesteps"] == 4 * BATCH and config["num_iterations"] == 4
 
 
-def test_resume_on_procgen_keeps_the_past_and_starts_fresh_episodes(tmp_path):
-    """With real Procgen the environment cannot be restored: rows up to the checkpoint are kept as they were,
-    later rows come from fresh episodes, so every data-dependent column may differ from an uninterrupted run."""
-    ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
-    before = read_progress(run_dir)
-    config_before = json.load(open(os.path.join(run_dir, "config.json")))
-    ppo.main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)])
-    after = read_progress(run_dir)
-    assert after[:2] == before and [r["iteration"] for r in after] == ["1", "2", "3"]
-    assert np.isfinite(float(after[2]["policy_loss"]))
-    config_after = json.load(open(os.path.join(run_dir, "config.json")))
-    changed = {k for k in config_before if config_before[k] != config_after[k]}
-    assert changed == {"total_timesteps", "num_iterations", "resume"}
+@pytest.mark.parametrize("name", ["ppo", "ppg"])
+def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(name, tmp_path):
+    """kill -9 of the process (no clean-up at all) after iteration 3's line: the resume goes on from the last checkpoint
+    (PPO: iteration 2 or 3; PPG: the end of the first phase, 2), runs the lost iterations again, and every row then
+    equals an uninterrupted run's."""
+    argv = tiny_argv(name, "--total-timesteps", str(4 * BATCH), "--save-interval", "1")
+    full = load(name).main(argv + ["--runs-dir", str(tmp_path / "full")])
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, f"{name}.py"), *argv, "--runs-dir",
+                             str(tmp_path / "part")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in proc.stdout:
+        if line.startswith("iter 3/"):
+            proc.kill()
+            break
+    proc.wait(timeout=60)
+    part = os.path.join(tmp_path, "part", os.listdir(tmp_path / "part")[0])
+    assert checkpoint(part)["iteration"] in ((2, 3) if name == "ppo" else (2,))
+    assert load(name).main(["--resume", part]) == part and same_rows(full, part)
 
 
 def test_a_resumed_run_estimates_its_remaining_time_from_the_whole_run(tmp_path, capsys):
@@ -146,6 +160,49 @@ def torchrun_stand_in(script, argv, workers=2):
     assert proc.returncode == 0, proc.stderr[-3000:]
     parent = argv[first]
     return (parent if "--resume" in argv else os.path.join(parent, os.listdir(parent)[0])), proc.stdout
+
+
+def torchrun_cmd(script, argv, workers=2):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
+            os.path.join(ROOT, "tests", "stand_in.py"), script, *argv]
+
+
+def test_a_resume_whose_workers_checkpoints_disagree_is_refused(tmp_path):
+    """Every worker saves its own checkpoint: with rank 1's put back from an earlier iteration, the ranks would train
+    out of step; the resume is refused in one line instead, and rank 0's rows stay as they were."""
+    part, _ = torchrun_stand_in("ppo", tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps",
+                                                 str(2 * BATCH), "--save-interval", "1"))
+    old = open(os.path.join(part, "checkpoint.rank1.pt"), "rb").read()
+    torchrun_stand_in("ppo", ["--resume", part, "--total-timesteps", str(4 * BATCH)])
+    open(os.path.join(part, "checkpoint.rank1.pt"), "wb").write(old)
+    rows = read_progress(part)
+    proc = subprocess.run(torchrun_cmd("ppo", ["--resume", part, "--total-timesteps", str(6 * BATCH)]),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "checkpoints in" in proc.stderr and "are of different iterations" in proc.stderr
+    assert read_progress(part) == rows
+
+
+def test_workers_whose_torchrun_launcher_is_killed_stop_and_save_rather_than_train_on_unseen(tmp_path):
+    """kill -9 of the torchrun launcher alone (its workers run in sessions of their own): each worker sees at the end of
+    its iteration that its parent has gone, and the workers stop together as on SIGTERM, checkpoints saved at one
+    iteration; the user's resume then goes on (while they lived, the folder's lock would have refused it)."""
+    proc = subprocess.Popen(torchrun_cmd("ppo", tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps",
+                                                          str(2 * 12 * BATCH), "--save-interval", "100")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("iter 2/"):
+            proc.kill()  # the launcher only
+            break
+    lines += proc.stdout.readlines()  # until every worker has closed its end of the pipe: all have exited
+    proc.wait(timeout=60)
+    run_dir = os.path.join(tmp_path, os.listdir(tmp_path)[0])
+    assert any(line.startswith("Stopped (no launcher), checkpoint of iteration") for line in lines), lines[-5:]
+    done = checkpoint(run_dir)["iteration"]
+    assert checkpoint(run_dir, "checkpoint.rank1.pt")["iteration"] == done >= 2
+    torchrun_stand_in("ppo", ["--resume", run_dir])
+    assert [int(r["iteration"]) for r in read_progress(run_dir)] == list(range(1, 13))  # 2 workers x 64 steps each
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):

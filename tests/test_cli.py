@@ -38,6 +38,9 @@ COMMON_BAD = [
     (["--batch-divisor", "3"], "--num-envs"),  # 64 envs cannot be divided by 3
     (["--batch-divisor", "0"], "--batch-divisor"),
     (["--seed", "-1"], "--seed"),
+    (["--seed", str(2 ** 31)], "--seed"),  # Procgen's seeds are 31-bit: refused before any folder is made
+    (["--start-level", str(2 ** 40)], "--start-level"),
+    (["--num-levels", str(2 ** 40)], "--num-levels"),
     (["--micro-batch-size", "-1"], "--micro-batch-size"),
 ]
 CASES = ([("ppo_ewma", argv, flag) for argv, flag in COMMON_BAD]
@@ -79,6 +82,11 @@ RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the mes
     ("ppg", ["--evaluate", "RUN"], "--evaluate", "is a run of ppo_ewma.py, not of this ppg.py"),
     ("ppo_ewma", ["--resume", "RUN/nowhere"], "--resume", "no checkpoint.pt in"),
     ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--bf16"], "--bf16", "has False, got True"),
+    # a resume checks the flags it may change as a new run does, and never shortens the run
+    ("ppo_ewma", ["--resume", "RUN", "--save-interval", "0"], "--save-interval", "must be at least 1"),
+    ("ppo_ewma", ["--resume", "RUN", "--eval-interval", "0"], "--eval-interval", "must be at least 1"),
+    ("ppo_ewma", ["--resume", "RUN", "--eval-episodes", "-1"], "--eval-episodes", "must be at least 0"),
+    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(BATCH)], "--total-timesteps", f"has {2 * BATCH}"),
 ]
 
 
@@ -99,6 +107,20 @@ def test_a_run_of_an_older_version_is_refused(finished_run, tmp_path, bad_argume
     (run_dir / "config.json").write_text(json.dumps(config))
     message = bad_argument("ppo_ewma", ["--resume", str(run_dir)], "--resume")
     assert "from an older ppo_ewma.py, with no minibatch_by" in message
+
+
+@pytest.mark.parametrize("edit", ["cut", "list", "split"])
+def test_a_damaged_or_edited_config_json_is_refused_in_one_line(edit, finished_run, tmp_path, bad_argument):
+    """config.json cut short or not a dict: one line; edited to a split a new run refuses (7 minibatches of 4 envs x
+    16 steps): refused as a new run's flags are, rather than trained and written back."""
+    import shutil
+    run_dir = shutil.copytree(finished_run, tmp_path / "copy")
+    text = (run_dir / "config.json").read_text()
+    config = json.loads(text)
+    (run_dir / "config.json").write_text({"cut": text[:len(text) // 2], "list": "[1, 2]",
+                                          "split": json.dumps({**config, "num_minibatches": 7})}[edit])
+    flag = "--num-minibatches" if edit == "split" else "--resume"
+    assert ("cannot read" in bad_argument("ppo_ewma", ["--resume", str(run_dir)], flag)) == (edit != "split")
 
 
 def test_bad_argument_from_the_shell_writes_nothing(tmp_path):

@@ -132,7 +132,8 @@ def test_scripts_import_nothing_from_each_other():
 # The appendix's functions the story calls by a name that says what they do; nothing else of the appendix is needed
 # to understand the algorithm above it.
 MACHINERY_CALLS = {"check_args", "resume_args", "setup", "evaluate_saved_agent", "Run", "average_gradients",
-                   "all_reduce_sum", "say", "cpu_threads"}
+                   "all_reduce_sum", "say", "cpu_threads", "worker", "checkpoint_path", "load_checkpoint",
+                   "save_checkpoint"}
 
 
 @pytest.mark.parametrize("name", [f"{s}.py" for s in SCRIPTS])

@@ -87,8 +87,9 @@ def test_a_ppg_run_saves_right_after_its_aux_phases_only_and_ends_with_one(tmp_p
     whole phases) and saves after iterations 2 and 4, never mid-phase, even with --save-interval 1 (one phase).
     main()'s lines that say so are the same in both PPG scripts."""
     ppg_script = load("ppg_ewma")
-    saved, real_save = [], ppg_script.Run.save
-    monkeypatch.setattr(ppg_script.Run, "save", lambda run, i: (saved.append(i), real_save(run, i)))
+    saved, real_save = [], ppg_script.save_checkpoint
+    monkeypatch.setattr(ppg_script, "save_checkpoint", lambda run, learner, fifo, i: (saved.append(i),
+                                                                                      real_save(run, learner, fifo, i)))
     run_dir, rows = run_tiny(ppg_script.__name__, tmp_path, "--save-interval", "1", iterations=3)
     assert [r["iteration"] for r in rows] == ["1", "2", "3", "4"] and saved == [2, 4]
     for r in rows:  # aux columns on the rows that end a phase, empty on the others

@@ -9,7 +9,6 @@ A frame is kept as its SHA-256 digest, as strict as the 12 KB of pixels: StarPil
 
     python tests/test_procgen_packages.py
 """
-import argparse
 import hashlib
 import os
 import sys
@@ -29,11 +28,9 @@ SETTINGS = {"easy": dict(distribution_mode="easy", num_levels=0, start_level=0, 
 
 def rollout(ppo, actions, distribution_mode, num_levels, start_level, seed):
     """Frame digests (STEPS + 1, NUM_ENVS, 32), rewards, firsts, and each finished episode's (step, env, return,
-    length) from RecordEpisodeStatistics, as the scripts see them (make_env)."""
-    args = argparse.Namespace(env_id="starpilot", num_envs=NUM_ENVS, distribution_mode=distribution_mode,
-                              num_levels=num_levels, start_level=start_level)
-    envs = ppo.make_env(args, seed)
-    obs, _ = envs.reset()
+    length) from the env's info, as the scripts see them (ProcgenVecEnv)."""
+    envs = ppo.ProcgenVecEnv("starpilot", NUM_ENVS, distribution_mode, num_levels, start_level, seed)
+    obs = envs.obs
     digests, rewards, firsts, episodes = [obs], [], [], []
     for t, action in enumerate(actions):
         obs, reward, terminated, truncated, info = envs.step(action)
@@ -41,7 +38,6 @@ def rollout(ppo, actions, distribution_mode, num_levels, start_level, seed):
         digests.append(obs), rewards.append(reward), firsts.append(terminated)
         for env in np.flatnonzero(info.get("_episode", [])):
             episodes.append((t, env, info["episode"]["r"][env], info["episode"]["l"][env]))
-    envs.close()
     digests = np.array([[np.frombuffer(hashlib.sha256(frame.tobytes()).digest(), np.uint8) for frame in frames]
                         for frames in digests])
     return {"digests": digests, "rewards": np.array(rewards), "firsts": np.array(firsts),

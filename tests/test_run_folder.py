@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import BATCH, ROOT, load, read_progress, tiny_argv
+from conftest import BATCH, ROOT, TINY, load, read_progress, tiny_argv
 
 
 def finished_run(parent, *extra):
@@ -26,8 +26,9 @@ def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_the_rows_and_
     run_dir = finished_run(tmp_path)
     checkpoint = open(os.path.join(run_dir, "checkpoint.pt"), "rb").read()
     os.symlink("/dev/full", os.path.join(run_dir, "checkpoint.pt.tmp"))
-    with pytest.raises(RuntimeError):  # torch.save's writer: "unexpected pos"
-        ppo.main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)])
+    full = subprocess.run([sys.executable, os.path.join(ROOT, "ppo.py"), "--resume", run_dir, "--total-timesteps",
+                           str(3 * BATCH)], capture_output=True, text=True)  # a process of its own, as a user's
+    assert full.returncode == 1 and "RuntimeError" in full.stderr  # torch.save's writer: "unexpected pos"
     assert not os.path.lexists(os.path.join(run_dir, "checkpoint.pt.tmp"))
     assert open(os.path.join(run_dir, "checkpoint.pt"), "rb").read() == checkpoint
     assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2", "3"]  # iteration 3's row was written
@@ -42,9 +43,9 @@ def test_a_damaged_checkpoint_on_resume_names_the_file_and_the_way_out(tmp_path,
         f.truncate(os.path.getsize(path) // 2)  # a checkpoint cut short
     with pytest.raises(SystemExit) as exit_info:
         load("ppo").main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)])
-    message = str(exit_info.value.code)  # sys.exit(message): exit code 1, one line on stderr
-    assert message.startswith(f"ppo.py: error: cannot read {path}") and message.endswith("or start a new run")
-    assert "\n" not in message
+    err = capsys.readouterr().err  # one line on stderr and exit code 2, as for a bad argument
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"ppo.py: error: cannot read {path}") and err.strip().endswith("or start a new run")
 
 
 def test_sigterm_during_a_resume_saves_and_the_run_goes_on_from_there(tmp_path):
@@ -56,3 +57,66 @@ def test_sigterm_during_a_resume_saves_and_the_run_goes_on_from_there(tmp_path):
     assert proc.wait(timeout=300) == 128 + signal.SIGTERM
     assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["iteration"] == 3
     assert "Stopped (SIGTERM), checkpoint of iteration 3: resume with python" in proc.stdout.read()
+
+
+def start(argv, **kw):
+    """A script run as a user starts it, its console read line by line."""
+    return subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def wait_for(proc, prefix):
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return line
+    raise AssertionError(f"{prefix!r} never came: {proc.stderr.read()[-2000:]}")
+
+
+def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_path, capsys):
+    """One writer per run folder: a resume of a run that still trains (or of one whose orphaned workers do) stops in
+    one line before anything is written; once the first process has gone, however it ended (here kill -9), the
+    same resume works."""
+    ppo = load("ppo")
+    proc = start([os.path.join(ROOT, "ppo.py"), *TINY, "--runs-dir", str(tmp_path), "--total-timesteps",
+                  str(10 * BATCH), "--save-interval", "1"])
+    wait_for(proc, "iter 2/")
+    run_dir = os.path.join(tmp_path, os.listdir(tmp_path)[0])
+    with pytest.raises(SystemExit) as refused:
+        ppo.main(["--resume", run_dir])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and err.count("\n") == 1 and "is in use by another process" in err
+    proc.kill()
+    proc.wait(timeout=60)
+    assert ppo.main(["--resume", run_dir]) == run_dir and len(read_progress(run_dir)) == 10
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this OS")
+def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path):
+    """A closed terminal (SIGHUP): the iteration finishes, a checkpoint is saved, the resume command printed. Under
+    nohup (SIGHUP ignored when the run starts) the run goes on."""
+    argv = [os.path.join(ROOT, "ppo.py"), *TINY, "--total-timesteps", "100000", "--save-interval", "1000"]
+    proc = start(argv + ["--runs-dir", str(tmp_path / "hup")])
+    wait_for(proc, "iter 1/")
+    proc.send_signal(signal.SIGHUP)
+    out = proc.communicate(timeout=120)[0]
+    run_dir = os.path.join(tmp_path, "hup", os.listdir(tmp_path / "hup")[0])
+    assert proc.returncode == 128 + signal.SIGHUP and "Stopped (SIGHUP), checkpoint of iteration" in out
+    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["iteration"] >= 1
+    nohup = start(argv + ["--runs-dir", str(tmp_path / "nohup")], preexec_fn=lambda: signal.signal(signal.SIGHUP,
+                                                                                                 signal.SIG_IGN))
+    wait_for(nohup, "iter 1/")
+    nohup.send_signal(signal.SIGHUP)
+    wait_for(nohup, "iter 3/")  # still training
+    nohup.kill()
+    nohup.wait(timeout=60)
+
+
+def test_a_checkpoint_of_another_script_is_refused(tmp_path, capsys):
+    """A checkpoint names its script: ppo_ewma.py's checkpoint put in a ppo.py run folder is refused in one line."""
+    run_dir = finished_run(tmp_path / "ppo")
+    other = load("ppo_ewma").main(tiny_argv("ppo_ewma", "--runs-dir", str(tmp_path / "ewma"), "--total-timesteps",
+                                            str(2 * BATCH)))
+    os.replace(os.path.join(other, "checkpoint.pt"), os.path.join(run_dir, "checkpoint.pt"))
+    with pytest.raises(SystemExit) as refused:
+        load("ppo").main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)])
+    assert refused.value.code == 2 and "is a checkpoint of ppo_ewma.py, not of this ppo.py" in capsys.readouterr().err
+    assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2"]

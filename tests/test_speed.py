@@ -1,4 +1,5 @@
 """Speed options change the speed, never the maths or the recorded hyperparameters."""
+import argparse
 import copy
 import json
 import math
@@ -74,12 +75,12 @@ def test_speed_options_run_and_leave_the_hyperparameters_alone(tmp_path, device)
 def test_bf16_autocast_stays_inside_the_cnn():
     ppo = load("ppo")
     agent = ppo.Agent(15)
-    ppo.configure_cnns([agent], bf16=True, compile=False)
+    ppo.prepare_networks({"agent": agent}, argparse.Namespace(bf16=True, compile=False))
     obs = torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8)
     logits, value = agent(obs)
     assert logits.dtype == torch.float32 and value.dtype == torch.float32
     agent32 = copy.deepcopy(agent)
-    ppo.configure_cnns([agent32], bf16=False, compile=False)
+    ppo.prepare_networks({"agent": agent32}, argparse.Namespace(bf16=False, compile=False))
     assert not torch.equal(agent32(obs)[0], logits)  # bf16 really ran
     torch.testing.assert_close(agent32(obs)[0], logits, rtol=0.05, atol=0.02)
 
