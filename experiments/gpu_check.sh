@@ -6,10 +6,13 @@
 # Then on the GPU machine (the device tool: carry [".gpu"]), each within one command's limit:
 #     source .gpu/setup.sh && experiments/gpu_check.sh speed 360   # CUDA tests, then bench_speed.py and CleanRL
 #     source .gpu/setup.sh && experiments/gpu_check.sh learn 400   # ppo_ewma.py beside ppg_ewma.py, stopped by SIGTERM
+#     source .gpu/setup.sh && experiments/gpu_check.sh ppg 560     # ppo.py's speed beside CleanRL's, then ppg.py's
+#                                                                   # learning beside CleanRL's ppg_procgen.py (issue 50)
 # The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (the device
 # tool's folder, else /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" experiments/gpu_check.sh learn 120
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" experiments/gpu_check.sh speed 300
+#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" STEPS=1024 experiments/gpu_check.sh ppg 200
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
@@ -17,7 +20,8 @@ CUDA=${CUDA:-}     # --no-cuda to try it on a CPU
 SIZES=${SIZES:-}   # e.g. --num-envs 8 --num-steps 32 (bench_speed.py and the training scripts take the same flags)
 PPG=${PPG:-}       # PPG scripts only, e.g. --n-pi 2
 mkdir -p "$OUT"
-mode=${1:?usage: gpu_check.sh prep CLEANRL_CLONE | speed SECONDS | learn SECONDS}
+STEPS=${STEPS:-1048576}  # ppg: the env steps of both PPG runs (two whole phases of 64 x 256 x 32)
+mode=${1:?usage: gpu_check.sh prep CLEANRL_CLONE | speed SECONDS | learn SECONDS | ppg SECONDS}
 
 if [ "$mode" = prep ]; then
   mkdir -p .gpu/cleanrl/whl
@@ -39,6 +43,14 @@ left() { local s=$((end - SECONDS - ${1:-0})); echo $((s > 1 ? s : 1)); }  # sec
   grep -m1 'model name' /proc/cpuinfo; echo "cores $(nproc)"
   python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)"; } | tee "$OUT/machine.txt"
 export BENCH_COMMIT=$(cat .gpu/commit 2>/dev/null || echo unknown)
+python3 -m pip install -q --no-index --no-deps --target /tmp/cleanrl-site .gpu/cleanrl/whl/*.whl >/dev/null 2>&1
+clean="env PYTHONPATH=/tmp/cleanrl-site:${PYTHONPATH:-} python3 $PWD/.gpu/cleanrl"  # its gym 0.23.1 before ours
+bench() { timeout -k 5 "$1" python3 experiments/bench_speed.py $SIZES --extra="$CUDA" "${@:2}"; }
+runs=/tmp/gpu_runs; mkdir -p $runs
+keep() { for d in $runs/*/; do [ -f $d/config.json ] || continue; mkdir -p "$OUT/$(basename $d)"
+  cp $d/config.json $d/progress.csv "$OUT/$(basename $d)/" 2>/dev/null; done; }  # the record, not checkpoints
+stop() { kill -0 $1 2>/dev/null && kill -TERM $1 && echo "$(date +%T) SIGTERM to $2 (pid $1)" | tee -a "$OUT/learn.txt"; }
+n=$(nproc); half=$((n / 2)); first="0-$((half - 1))"; second="$half-$((n - 1))"; [ $half -lt 2 ] && first=0 second=$((n - 1))
 
 if [ "$mode" = speed ]; then
   # 1. The tests that take a device, on CUDA (18 of them: on the CPU they skip for want of a GPU)
@@ -46,10 +58,7 @@ if [ "$mode" = speed ]; then
   # 2. ppo.py beside CleanRL's ppo_procgen.py unmodified (its gym 0.23.1 and tyro before our gym 0.26.2 on the path),
   #    then ppo_ewma.py and ppg.py, then all three in bf16: each bench_speed.py call a table of its own, in order of
   #    importance, each cut at its share of the time (a first call on 2026-11-26 lost CleanRL to the cut)
-  python3 -m pip install -q --no-index --no-deps --target /tmp/cleanrl-site .gpu/cleanrl/whl/*.whl >/dev/null 2>&1
-  cleanrl="env PYTHONPATH=/tmp/cleanrl-site:${PYTHONPATH:-} python3 $PWD/.gpu/cleanrl/ppo_procgen.py"
-  bench() { timeout -k 5 "$1" python3 experiments/bench_speed.py $SIZES --extra="$CUDA" "${@:2}"; }
-  bench "$(left 150)" --scripts ppo --cleanrl "$cleanrl" 2>&1 | tee "$OUT/bench.log"  # the comparison first
+  bench "$(left 150)" --scripts ppo --cleanrl "$clean/ppo_procgen.py" 2>&1 | tee "$OUT/bench.log"  # the comparison first
   bench "$(left 90)" --scripts ppo_ewma ppg 2>&1 | tee -a "$OUT/bench.log"
   bench "$(left 40)" --scripts ppo ppo_ewma ppg --options " --bf16" 2>&1 | tee -a "$OUT/bench.log"
   # 3. ppo.py's pieces on random data (an env step, a policy forward of 64, one update): the serial ceiling
@@ -64,15 +73,10 @@ if [ "$mode" = learn ]; then
   # SIGTERM ends each cleanly (the iteration, or PPG's aux phase, finishes; a checkpoint is saved); PPG-EWMA gets it
   # first, since its aux phase and a mid-phase checkpoint (up to 6.4 GB of frames) take longest. config.json and
   # progress.csv are copied to $OUT every 15 s, so a cut command still brings them back; checkpoints stay there.
-  runs=/tmp/gpu_runs; mkdir -p $runs
-  half=$(($(nproc) / 2)); first="0-$((half - 1))"; second="$half-$(($(nproc) - 1))"; [ "$half" = 1 ] && first=0 second=1
   taskset -c $first python3 ppo_ewma.py --env-id starpilot --seed 1 --runs-dir $runs $SIZES $CUDA \
     > "$OUT/ppo_ewma.log" 2>&1 & ppo=$!
   taskset -c $second python3 ppg_ewma.py --env-id starpilot --seed 1 --runs-dir $runs $SIZES $PPG $CUDA \
     > "$OUT/ppg_ewma.log" 2>&1 & ppg=$!
-  keep() { for d in $runs/*/; do mkdir -p "$OUT/$(basename $d)"; cp $d/config.json $d/progress.csv "$OUT/$(basename $d)/" \
-    2>/dev/null; done; }
-  stop() { kill -0 $1 2>/dev/null && kill -TERM $1 && echo "$(date +%T) SIGTERM to $2 (pid $1)" | tee -a "$OUT/learn.txt"; }
   while [ "$(left 120)" -gt 1 ] && kill -0 $ppg 2>/dev/null; do sleep 5; keep; done; stop $ppg ppg_ewma.py
   while [ "$(left 45)" -gt 1 ] && kill -0 $ppo 2>/dev/null; do sleep 5; keep; done; stop $ppo ppo_ewma.py
   while [ "$(left 12)" -gt 1 ] && { kill -0 $ppo || kill -0 $ppg; } 2>/dev/null; do sleep 2; done
@@ -81,6 +85,27 @@ if [ "$mode" = learn ]; then
   for d in $runs/*/; do echo "$(basename $d): $(tail -1 $d/progress.csv | cut -d, -f1-2) (iteration, env steps); " \
     "$(ls -la $d | grep checkpoint)"; done | tee -a "$OUT/learn.txt"
   grep -h "Stopped\|error" "$OUT"/*.log | tee -a "$OUT/learn.txt"
+  exit 0
+fi
+if [ "$mode" = ppg ]; then
+  # 1. ppo.py's speed beside CleanRL's ppo_procgen.py unmodified, on this card (about 90 s)
+  bench "$(left 430)" --scripts ppo --cleanrl "$clean/ppo_procgen.py" 2>&1 | tee "$OUT/bench.log"
+  # 2. ppg.py at the defaults beside CleanRL's ppg_procgen.py unmodified, seed 1, STEPS env steps, each on half the
+  #    cores: does our PPG learn as CleanRL's does (issue 50)? CleanRL prints an episode's return per line and has no
+  #    resume; ppg.py gets SIGTERM near the end (its aux phase, if one is running, finishes first).
+  taskset -c $first python3 ppg.py --env-id starpilot --seed 1 --total-timesteps $STEPS --runs-dir $runs $SIZES $PPG \
+    $CUDA > "$OUT/ppg.log" 2>&1 & ours=$!
+  [ -n "$CUDA" ] && theirs_cuda="--no-cuda"  # tyro's flag
+  (cd /tmp && exec taskset -c $second $clean/ppg_procgen.py --env-id starpilot --seed 1 --total-timesteps $STEPS \
+    ${theirs_cuda:-} ${CLEANRL_SIZES:-} > "$OUT/cleanrl_ppg.log" 2>&1) & theirs=$!  # it writes /tmp/runs/
+  while [ "$(left 30)" -gt 1 ] && { kill -0 $ours || kill -0 $theirs; } 2>/dev/null; do sleep 5; keep; done
+  stop $ours ppg.py
+  while [ "$(left 10)" -gt 1 ] && { kill -0 $ours || kill -0 $theirs; } 2>/dev/null; do sleep 2; done
+  stop $ours ppg.py; stop $theirs ppg_procgen.py
+  wait; keep
+  cp /tmp/runs/*/events.out.tfevents.* "$OUT/cleanrl_ppg.tfevents" 2>/dev/null  # its aux losses, per phase
+  grep -h "Stopped\|error\|Error" "$OUT"/ppg.log | tee -a "$OUT/learn.txt"
+  tail -2 "$OUT/cleanrl_ppg.log" | tee -a "$OUT/learn.txt"
   exit 0
 fi
 echo "gpu_check.sh: unknown mode $mode" >&2; exit 2
