@@ -14,7 +14,8 @@ defaults), so that a run made at earlier defaults is not taken, and ppo.py's wit
 that made them (experiments/cleanrl_ablation.py, all four groups); and it sets CleanRL's return per window beside
 them (its GPU runs of issue 36 and its own script run on this CPU, docs/cleanrl/). --train trains the runs that
 docs/runs lacks, one at a time (a cut run resumes from its checkpoint), and commits each there.
-With RUN_DIRs (run folders, or folders holding them) it takes every run there, and no CleanRL reference.
+With RUN_DIRs (run folders, or folders holding them) it takes every run there, and no CleanRL reference but those
+given with --reference (a CSV with a row per episode, global_step and episodic_return, as in docs/cleanrl/).
 
 The first iteration after a resume plays fresh levels (shorter episodes, lower returns): in the runs of
 analysis.RESUMED it is left out of the curves and tables. The curves are smoothed over --smooth-steps env steps,
@@ -126,12 +127,16 @@ def main(argv=None):
     p.add_argument("--window", type=int, default=100_000, help="the table's windows, in env steps")
     p.add_argument("--total-timesteps", type=int, default=1_000_000,
                    help="without RUN_DIRs: the length of the runs to take from docs/runs")
+    p.add_argument("--reference", nargs="+", default=[], metavar="CSV",
+                   help="episode logs (global_step, episodic_return) whose window means go beside the runs")
     p.add_argument("--train", action="store_true", help="first train the README's runs that docs/runs lacks")
     p.add_argument("--runs-dir", default=os.path.join(sweep.ROOT, "runs", "learning"), help="where --train trains")
     args = p.parse_args(argv)
     missing = [path for path in args.paths if not os.path.isdir(path)]
     if missing:
         p.error(f"not a folder: {', '.join(missing)}")
+    if any(not os.path.isfile(path) for path in args.reference):
+        p.error(f"not a file: {', '.join(path for path in args.reference if not os.path.isfile(path))}")
     if args.train and args.paths:
         p.error("--train trains the README's runs: give no RUN_DIR")
     if args.train and sweep.run_all(readme_runs(args.total_timesteps), args.runs_dir, committed=RUNS):
@@ -142,6 +147,8 @@ def main(argv=None):
         runs, references = default_runs(RUNS, args.total_timesteps), None
         if args.total_timesteps == 1_000_000:  # CleanRL's numbers are of 1M-step runs
             references = analysis.cleanrl_references(CONTROL, args.window)
+    references = {**(references or {}), **{"CleanRL " + os.path.basename(path).removesuffix("_episodes.csv"):
+                                           analysis.episode_windows(path, args.window) for path in args.reference}}
     runs = [analysis.without_resumed(run) for run in runs if run["rows"]]
     if not runs:
         p.error("no runs with progress found under " + (", ".join(args.paths) if args.paths else

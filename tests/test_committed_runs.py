@@ -119,7 +119,7 @@ def test_every_committed_run_is_complete_and_what_todays_script_would_run(capsys
 
 
 def test_every_gpu_run_is_a_cuda_run_of_todays_script_with_every_row_up_to_its_stop(capsys):
-    """docs/runs/gpu: runs stopped by SIGTERM before their total_timesteps, so not complete; each ran on CUDA, is
+    """docs/runs/gpu: runs on a lent GPU, most stopped by SIGTERM before their total_timesteps; each ran on CUDA, is
     what today's script runs with its own name and seed, and has a row for every iteration from 1 to its stop."""
     for run_dir in committed_folders(GPU_RUNS):
         config = json.load(open(os.path.join(run_dir, "config.json")))
@@ -254,6 +254,16 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit) as exit_info:
         learning_curve.main([str(tmp_path / "figures"), "-o", out])
     assert exit_info.value.code == 2 and "no runs" in capsys.readouterr().err
+    # --reference: an episode log's window means beside the runs (one episode of 4 and one of 6 in (0, 100k])
+    log = tmp_path / "ppg_procgen_seed1_gpu_episodes.csv"
+    log.write_text("global_step,episodic_return\n1000,4.0\n99000,6.0\n150000,1.0\n")
+    learning_curve.main([str(runs), "-o", out, "--reference", str(log)])
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[2].endswith("| CleanRL ppg_procgen_seed1_gpu |") and lines[4].endswith("| 5.00 |")
+    assert lines[5].endswith("| 1.00 |")
+    with pytest.raises(SystemExit) as exit_info:
+        learning_curve.main([str(runs), "-o", out, "--reference", str(tmp_path / "missing.csv")])
+    assert exit_info.value.code == 2 and "not a file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:  # --train trains the README's runs, not folders given
         learning_curve.main(["--train", str(runs), "-o", out])
     assert exit_info.value.code == 2 and "give no RUN_DIR" in capsys.readouterr().err
