@@ -4,6 +4,8 @@ learning_curve.py) on synthetic run folders, its tables checked by hand."""
 import csv
 import json
 import os
+import re
+import shlex
 import subprocess
 
 import pytest
@@ -195,6 +197,44 @@ def test_figure_commands_draw_the_committed_runs(tmp_path, capsys):
                                            "--out-dir", str(tmp_path)])
         assert os.path.getsize(figure) > 0
         assert sorted(row["run"] for row in csv.DictReader(open(summary))) == sorted(map(os.path.basename, fig2_runs))
+
+
+def markdown_tables(text):
+    """Each Markdown table in `text`: its run of lines starting with '|', joined."""
+    tables, lines = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            lines.append(line)
+        elif lines:
+            tables, lines = tables + ["\n".join(lines)], []
+    return tables
+
+
+def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed_data(tmp_path, capsys):
+    """Every `python experiments/...` command in docs/results.md that prints tables from docs/runs (not one that
+    trains) prints, run now, tables that results.md shows verbatim; and the README's speed table is one of them."""
+    results = open(os.path.join(ROOT, "docs", "results.md")).read()
+    commands = re.findall(r"^python (experiments/(?:learning_curve|cleanrl_ablation|fig2_batch_size)\.py"
+                          r"(?:[^\n]*\\\n)*[^\n]*)", results, re.M)
+    printed = []
+    for command in commands:
+        argv = shlex.split(command.replace("\\\n", " ").split("#")[0])
+        if {"--train", "--stage"} & set(argv) or ("--cpu" in argv and "--plot-only" not in argv):
+            continue
+        argv = [os.path.join(ROOT, a) if a.startswith("docs/") else a for a in argv[1:]]
+        argv = [a for i, a in enumerate(argv) if "-o" not in argv[i - 1:i + 1]]  # no -o FILE: ours in tmp_path
+        runner = {"learning_curve": learning_curve, "cleanrl_ablation": ablation, "fig2_batch_size": batch_size}[
+            os.path.basename(command.split()[0])[:-3]]
+        runner.main(argv + {learning_curve: ["-o", str(tmp_path / "figure.png")], ablation: [],
+                            batch_size: ["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path)]}[runner])
+        tables = markdown_tables(capsys.readouterr().out)
+        missing = [t.splitlines()[0] for t in tables if t not in results]
+        assert tables and not missing, f"python {command}: printed, not in docs/results.md: {missing}"
+        printed += tables
+    assert len(printed) >= 12
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    speeds = [t for t in markdown_tables(readme) if t.startswith("| run | env steps | wall time |")]
+    assert speeds and all(t in printed for t in speeds), "README.md's speed table: not what results.md's commands print"
 
 
 def test_the_readme_runs_name_todays_defaults():
