@@ -2,7 +2,7 @@
 
     python experiments/bench_speed.py                      # the four scripts at the default config
     python experiments/bench_speed.py --options "" " --micro-batch-size 0" " --bf16"   # leading space: not a flag
-    python experiments/bench_speed.py --pieces             # env step, policy forward, one update: the ceiling
+    python experiments/bench_speed.py --pieces             # env step, forward, update; PPG's aux phase piece by piece
     python experiments/bench_speed.py --micro-sweep 16 32 64 128   # ppo.py's and ppo_ewma.py's update per micro-batch
 
 Runs mode: each script (with each option set) trains for --iterations iterations in its own process;
@@ -12,6 +12,9 @@ each figure is the median over all R x --iterations measured iterations.
 PPG scripts run with --n-pi 1, so that every iteration has its auxiliary phase and iterations are alike: the aux
 phase's work per env step does not depend on N_pi (every trajectory is trained on E_aux times, in minibatches of
 num_envs/16 trajectories), so a PPG row is its speed at the defaults, a full aux phase in every iteration.
+The update's and the aux phase's GFLOP/s are the FLOPs of their first call (counted with torch's FlopCounterMode in
+the warm-up iteration: convolutions and matmuls, forward and backward) over each measured call's seconds: how close
+each comes to what the hardware does, e.g. the aux phase against ppo.py's update.
 With --cleanrl "PYTHON PATH/ppo_procgen.py" CleanRL's script runs too, unmodified, at the same envs and steps (its
 rate from the cumulative `SPS:` it prints after each iteration). Ratios are within one run of this benchmark, on
 the machine its first line names: compare only those.
@@ -49,9 +52,14 @@ def run_script(script, options, args, workdir):
     times = json.loads(proc.stdout.split("PIECES ")[-1])
     run_dir = max(glob.glob(os.path.join(workdir, f"*__bench_{script}__*")), key=os.path.getmtime)
     rows = list(csv.DictReader(open(os.path.join(run_dir, "progress.csv"))))
-    return [{"sps": float(r["sps"]), "env_s": times["env_s"][i], "rollout_fwd_s": times["rollout_fwd_s"][i],
+    gflop = {name: count / 1e9 for name, count in times["flops"].items()}
+    rows = [{"sps": float(r["sps"]), "env_s": times["env_s"][i], "rollout_fwd_s": times["rollout_fwd_s"][i],
              "update_s": times["update_s"][i], "aux_s": float(r.get("aux_time_s") or 0)}
             for i, r in enumerate(rows) if i >= args.warmup]
+    for r in rows:  # the rate of the floating-point work: the first call's FLOPs over this call's seconds
+        r["update_gflops"] = gflop["update"] / r["update_s"]
+        r["aux_gflops"] = gflop["aux_phase"] / r["aux_s"] if "aux_phase" in gflop else float("nan")
+    return rows
 
 
 def run_cleanrl(args, workdir):
@@ -69,7 +77,7 @@ def run_cleanrl(args, workdir):
     elapsed = [0.0] + [(k + 1) * batch / rate for k, rate in enumerate(sps)]
     nan = float("nan")
     return [{"sps": batch / (elapsed[k + 1] - elapsed[k]), "env_s": nan, "rollout_fwd_s": nan, "update_s": nan,
-             "aux_s": nan} for k in range(args.warmup, iterations)]
+             "aux_s": nan, "update_gflops": nan, "aux_gflops": nan} for k in range(args.warmup, iterations)]
 
 
 def machine(args):
@@ -88,10 +96,28 @@ def machine(args):
 
 def child_main(script, argv):
     """In the child: import `script`, wrap its env step, collect_rollout and update with timers (the scripts keep no
-    timing columns), train, and print the seconds of each call as one JSON line after "PIECES "."""
+    timing columns), count the floating-point operations of the first update and aux phase (a warm-up iteration's:
+    the counter slows them), train, and print the seconds of each call and the FLOPs as one JSON line after "PIECES
+    "."""
+    from torch.utils.flop_counter import FlopCounterMode
     sys.path.insert(0, ROOT)
     module = importlib.import_module(script)
-    times, env = {"env_s": [], "rollout_fwd_s": [], "update_s": []}, [0.0]
+    times, env = {"env_s": [], "rollout_fwd_s": [], "update_s": [], "flops": {}}, [0.0]
+
+    def counted(name):  # every call does the same work: its first call, counted, gives the FLOPs of each
+        original = getattr(module, name)
+
+        def wrapper(*a, **k):
+            if name in times["flops"]:
+                return original(*a, **k)
+            with FlopCounterMode(display=False) as counter:
+                out = original(*a, **k)
+            times["flops"][name] = counter.get_total_flops()
+            return out
+        setattr(module, name, wrapper)
+    for name in ("update", "aux_phase"):
+        if hasattr(module, name):
+            counted(name)
 
     def timed(owner, name, done):
         original = getattr(owner, name)
@@ -127,7 +153,7 @@ def runs_mode(args):
                 measured[(script, options)] += rows
                 split = " ".join(f"{k} {statistics.median(r[k] for r in rows):.2f}" for k in rows[0] if k != "sps")
                 print(f"  {script} {options or '(default)'}: " + " ".join(f"{r['sps']:.0f}" for r in rows) +
-                      f" SPS; medians of seconds: {split}", file=sys.stderr, flush=True)
+                      f" SPS; medians (seconds, GFLOP/s): {split}", file=sys.stderr, flush=True)
     results = [{"script": script, "options": "ppo_procgen.py" if script == "cleanrl" else options or "(default)",
                 **{k: statistics.median(r[k] for r in measured[(script, options)])
                    for k in measured[(script, options)][0]}}
@@ -137,49 +163,57 @@ def runs_mode(args):
     print(f"\n{args.num_envs} envs x {args.num_steps} steps, {args.repeats} x {args.iterations} measured iterations "
           f"after {args.warmup} warm-up, medians; {args.extra or 'default hyperparameters'}")
     header = (f"{'script':<9} {'options':<24} {'SPS':>7} {'vs ppo.py':>9} {'vs 1st opt':>10} {'env s':>7} "
-              f"{'rollout fwd s':>13} {'update s':>8} {'aux s':>7}")
+              f"{'rollout fwd s':>13} {'update s':>8} {'aux s':>7} {'update GFLOP/s':>14} {'aux GFLOP/s':>11}")
     print(header + "\n" + "-" * len(header))
     for r in results:
         same = args.options[0] or "(default)" if r["script"] == "cleanrl" else r["options"]  # CleanRL: vs plain ppo.py
         vs_ppo = r["sps"] / base[same] if same in base else float("nan")
         vs_first = r["sps"] / default[r["script"]] if r["script"] in default else float("nan")
         print(f"{r['script']:<9} {r['options']:<24} {r['sps']:7.0f} {vs_ppo:9.3f} {vs_first:10.3f} "
-              f"{r['env_s']:7.1f} {r['rollout_fwd_s']:13.1f} {r['update_s']:8.1f} {r['aux_s']:7.1f}")
+              f"{r['env_s']:7.1f} {r['rollout_fwd_s']:13.1f} {r['update_s']:8.1f} {r['aux_s']:7.1f} "
+              f"{r['update_gflops']:14.0f} {r['aux_gflops']:11.0f}")
     print("time ratio vs ppo.py = 1 / (SPS ratio); e.g. the EWMA overhead is ppo.py SPS / ppo_ewma.py SPS")
 
 
 def pieces_mode(args):
-    """Time the pieces on random data with ppo.py's own functions and print the implied ceiling."""
+    """Time the pieces on random data with the scripts' own functions: ppo.py's env step, policy forward and update
+    (the implied ceiling), then ppg.py's aux phase whole and piece by piece; GFLOP/s from torch's FlopCounterMode."""
     import numpy as np
     import torch
+    from torch.utils.flop_counter import FlopCounterMode
     sys.path.insert(0, ROOT)
+    import ppg
     import ppo
     device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
     n, steps = args.num_envs, args.num_steps
-    env = ppo.ProcgenVecEnv(args.env_id, n, "easy", 0, 0, 1)
-    actions = np.random.randint(0, 15, size=n)
-    t = time.perf_counter()
-    for _ in range(100):
-        env.step(actions)
-    env_step = (time.perf_counter() - t) / 100
 
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize()
+
+    def seconds(fn, repeats=1):
+        sync()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        sync()
+        return (time.perf_counter() - start) / repeats
+
+    def gflop(fn):
+        with FlopCounterMode(display=False) as counter:
+            fn()
+        return counter.get_total_flops() / 1e9
+    argv = ["--num-envs", str(n), "--num-steps", str(steps), "--cuda" if device.type == "cuda" else "--no-cuda"]
+    cfg = ppo.parse_args(argv + shlex.split(args.extra))
+    ppo.setup(cfg)  # the scripts' threads and micro-batch default on this device
+    env = ppo.ProcgenVecEnv(args.env_id, n, "easy", 0, 0, 1)
+    actions = np.random.randint(0, 15, size=n)
+    env_step = seconds(lambda: env.step(actions), 100)
     agent = ppo.Agent(15).to(device)
     obs = torch.randint(0, 256, (n, 64, 64, 3), dtype=torch.uint8, device=device)
     with torch.no_grad():
-        for _ in range(3):
-            agent(obs)
-        sync()
-        t = time.perf_counter()
-        for _ in range(20):
-            agent(obs)
-        sync()
-    forward = (time.perf_counter() - t) / 20
-    argv = ["--num-envs", str(n), "--num-steps", str(steps), "--cuda" if device.type == "cuda" else "--no-cuda"]
-    cfg = ppo.parse_args(argv + shlex.split(args.extra))  # the micro-batch default of the device
+        seconds(lambda: agent(obs), 3)
+        forward = seconds(lambda: agent(obs), 20)
     b = n * steps
     batch = {"obs": torch.randint(0, 256, (b, 64, 64, 3), dtype=torch.uint8, device=device),
              "actions": torch.randint(0, 15, (b,), device=device), "advantages": torch.randn(b, device=device),
@@ -188,17 +222,62 @@ def pieces_mode(args):
              "adv_mean": torch.tensor(0.0, device=device), "adv_std": torch.tensor(1.0, device=device)}
     batch["logp_old"] = batch["logp_behav"]
     optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate)
-    t = time.perf_counter()
-    ppo.update(agent, optimizer, batch, cfg)
-    sync()
-    update = time.perf_counter() - t
+    update_gflop = gflop(lambda: ppo.update(agent, optimizer, batch, cfg))  # also the warm-up
+    update = seconds(lambda: ppo.update(agent, optimizer, batch, cfg))
     iteration = steps * (env_step + forward) + update
     print(f"{device}, {n} envs x {steps} steps, micro-batch {cfg.micro_batch_size or 'off'}, "
           f"{torch.get_num_threads()} torch threads")
     print(f"env step ({n} envs):        {env_step * 1e3:8.2f} ms  -> rollout env time {steps * env_step:6.2f} s")
     print(f"policy forward (batch {n}): {forward * 1e3:8.2f} ms  -> rollout forwards {steps * forward:6.2f} s")
-    print(f"one PPO update (random data):   {update:8.2f} s")
+    print(f"one PPO update (random data):   {update:8.2f} s  {update_gflop / update:6.0f} GFLOP/s")
     print(f"serial ceiling: {b / iteration:,.0f} SPS for ppo.py (rollout + update, nothing else)")
+
+    # PPG's aux phase over one iteration's trajectories (its work per env step does not depend on N_pi): whole, with
+    # ppg.py's aux_phase(), then its pieces, each timed alone on the same shapes and counted per phase.
+    cfg = ppg.parse_args(argv + ["--n-pi", "1"] + shlex.split(args.extra))
+    ppg.setup(cfg)
+    agent = ppg.Agent(15).to(device)
+    aux_optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.aux_learning_rate, eps=cfg.adam_eps)
+    buffer = ppg.AuxBuffer(1, n, steps, device)
+    buffer.add({"obs": batch["obs"], "returns": batch["returns"]}, steps)
+    minibatch = cfg.aux_minibatch_trajs * steps  # frames
+    micro = min(cfg.micro_batch_size or minibatch, minibatch)
+    x, target = batch["obs"][:micro], batch["returns"][:micro]
+
+    def policy_pass():
+        logits, aux_value = agent.policy(x)
+        (logits.logsumexp(-1).mean() + (aux_value - target).pow(2).mean()).backward()
+
+    def value_pass():
+        (agent.value(x).squeeze(-1) - target).pow(2).mean().backward()
+
+    def pi_old_pass():
+        with torch.no_grad():
+            for o in batch["obs"].split(256):
+                agent.logits(o)
+    minibatches = cfg.e_aux * -(-n // cfg.aux_minibatch_trajs)
+    passes = minibatches * -(-minibatch // micro)
+    pieces = [("pi_old pass (no grad, all frames)", pi_old_pass, 1),
+              (f"policy network forward + backward ({micro})", policy_pass, passes),
+              (f"value network forward + backward ({micro})", value_pass, passes),
+              ("Adam step (both networks)", aux_optimizer.step, minibatches)]
+    whole = seconds(lambda: ppg.aux_phase(agent, aux_optimizer, buffer, cfg, log=lambda *a: None))
+    print(f"\nppg.py's aux phase over {n} trajectories x {steps} steps: E_aux {cfg.e_aux}, minibatches of "
+          f"{cfg.aux_minibatch_trajs} trajectories, micro-batch {cfg.micro_batch_size or 'off'}: {whole:.1f} s "
+          f"({whole / b * 1e3:.2f} ms per env step)")
+    print(f"{'piece':<48} {'s per call':>10} {'calls':>6} {'s per phase':>11} {'share':>6} {'GFLOP/s':>8}")
+    total_s = total_gflop = 0.0
+    for name, fn, calls in pieces:
+        repeats = 1 if calls == 1 else 10
+        fn()  # warm-up
+        per_call, count = seconds(fn, repeats), gflop(fn)
+        total_s, total_gflop = total_s + per_call * calls, total_gflop + count * calls
+        print(f"{name:<48} {per_call:10.4f} {calls:6.0f} {per_call * calls:11.1f} {per_call * calls / whole:6.1%} "
+              f"{count / per_call if count else float('nan'):8.0f}")
+    print(f"{'sum of the pieces':<48} {'':>10} {'':>6} {total_s:11.1f} {total_s / whole:6.1%} "
+          f"{total_gflop / total_s:8.0f}")
+    print(f"whole aux phase: {total_gflop / whole:.0f} GFLOP/s (the pieces' FLOPs over its time), against "
+          f"{update_gflop / update:.0f} GFLOP/s in ppo.py's update")
 
 
 def micro_sweep_mode(args):
@@ -266,6 +345,8 @@ def main():
     if sys.argv[1:2] == ["--child"]:
         return child_main(sys.argv[2], sys.argv[3:])
     args = p.parse_args()
+    if args.warmup < 1 and not (args.pieces or args.micro_sweep):
+        p.error("--warmup must be at least 1: the first iteration counts the FLOPs (the counter slows it)")
     micro_sweep_mode(args) if args.micro_sweep else pieces_mode(args) if args.pieces else runs_mode(args)
 
 
