@@ -97,7 +97,7 @@ def parse_args(argv=None):
     a("--eval-interval", type=int, default=10, help="iterations between evaluations")
     a("--evaluate", metavar="RUN_DIR", type=os.path.expanduser, help="evaluate RUN_DIR's agent on held-out levels")
     a("--micro-batch-size", type=int, help="micro-batch (same gradient); default: none on a GPU, 16 per thread >= 32")
-    a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (faster on a GPU, changes numerics)")
+    a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (other numerics; faster on GPUs, bf16 CPUs)")
     a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
     args = p.parse_args(argv)
     if args.resume or args.evaluate:

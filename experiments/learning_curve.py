@@ -54,9 +54,10 @@ def readme_runs(total_timesteps):
             for script, exp_name in EXP_NAMES.items() for seed in SEEDS[script]]
 
 
-def script_name(run):  # a GPU run is its own curve and column: the same algorithm, other numerics and speed
-    gpu = str(run["config"].get("device", "")).startswith("cuda")
-    return run["config"].get("script", "?.py")[:-3] + (" (GPU)" if gpu else "")
+def script_name(run):  # a GPU or bf16 run is its own curve and column: the same algorithm, other numerics and speed
+    config = run["config"]
+    gpu = str(config.get("device", "")).startswith("cuda")
+    return config.get("script", "?.py")[:-3] + (" (GPU)" if gpu else "") + (" (bf16)" if config.get("bf16") else "")
 
 
 def by_script(run):  # table columns and curves in order of script, then seed

@@ -53,9 +53,17 @@ def command_line(config, plans):
     if config["exp_name"] != config["script"][:-3]:  # not the script's own name: a figure runner's run
         planned = plans.get((config["env_id"], config["exp_name"], config["seed"]))
         if planned is None:
-            return None
+            return documented_command(config)
         options.update(planned.options)  # what the runner passes, in place of the recorded values
     return sweep.option_tokens(options)
+
+
+def documented_command(config):
+    """A run made by hand: the flags of the `python SCRIPT ... --exp-name NAME` line in docs/results.md (None if none)."""
+    results = open(os.path.join(ROOT, "docs", "results.md")).read()
+    pattern = rf"^python {re.escape(config['script'])} (.*--exp-name {re.escape(config['exp_name'])}(?: .*)?)$"
+    found = re.findall(pattern, results, re.M)
+    return shlex.split(found[0].split("#")[0]) if found else None
 
 
 def problems(run_dir, plans, capsys):
@@ -73,8 +81,9 @@ def problems(run_dir, plans, capsys):
         found.append(f"progress.csv reaches {last} of total_timesteps {config.get('total_timesteps')}")
     argv = command_line(config, plans)
     if argv is None:
-        return found + [f"exp_name {config['exp_name']!r} is neither its script's name nor a run of "
-                        "fig2_batch_size.py --cpu: which command made it?"]
+        return found + [f"exp_name {config['exp_name']!r} is neither its script's name, nor a run of "
+                        "fig2_batch_size.py --cpu or cleanrl_ablation.py, nor in a command in docs/results.md: "
+                        "which command made it?"]
     differ = differences(config, argv, capsys)
     if differ and config["exp_name"] == config["script"][:-3]:  # a script's own run from before issue 36 changed
         former = differences(config, argv + sweep.option_tokens(sweep.OFFICIAL_CODE), capsys)  # the defaults
@@ -304,6 +313,11 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit) as exit_info:
         learning_curve.main([str(runs), "-o", out, "--reference", str(tmp_path / "missing.csv")])
     assert exit_info.value.code == 2 and "not a file" in capsys.readouterr().err
+    # a bf16 run is its own column and curve (other numerics), as a GPU run is
+    write_run(tmp_path / "bf16", "starpilot", "ppo_bf16", 1, [1, 2], batch=50_000, config={"script": "ppo.py",
+                                                                                          "bf16": True})
+    learning_curve.main([str(tmp_path / "bf16"), "-o", out])
+    assert "| env steps | ppo (bf16) seed 1 |\n" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:  # --train trains the README's runs, not folders given
         learning_curve.main(["--train", str(runs), "-o", out])
     assert exit_info.value.code == 2 and "give no RUN_DIR" in capsys.readouterr().err
