@@ -59,7 +59,7 @@ def command_line(config, plans):
 
 
 def documented_command(config):
-    """A run made by hand: the flags of the `python SCRIPT ... --exp-name NAME` line in docs/results.md (None if none)."""
+    """A run made by hand: the flags of its `python SCRIPT ... --exp-name NAME` line in docs/results.md, or None."""
     results = open(os.path.join(ROOT, "docs", "results.md")).read()
     pattern = rf"^python {re.escape(config['script'])} (.*--exp-name {re.escape(config['exp_name'])}(?: .*)?)$"
     found = re.findall(pattern, results, re.M)
@@ -189,6 +189,11 @@ def test_the_check_fails_when_a_default_changes(tmp_path, capsys):
     # a figure runner's run that the runner does not plan, and one today's script refuses
     assert "which command made it" in check("ppo_ewma", fig2_argv, exp_name="fig2__ppo_ewma__div2")[0]
     assert "refuses" in check("ppo_ewma", plain, update_epochs=2, batch_divisor=4)[0]
+    # a run made by hand: the command results.md prints for its --exp-name is what it must match
+    by_hand = plain[:-1] + ["--bf16", "--exp-name", "ppo_bf16"]
+    assert check("ppo", by_hand) == []
+    assert check("ppo", by_hand, bf16=False)[0].startswith("bf16: config.json has False, today's ppo.py")
+    assert "which command made it" in check("ppo", by_hand, exp_name="ppo_by_hand_nowhere")[0]
 
 
 # --- The figure commands on the committed runs ---------------------------------------------------------
