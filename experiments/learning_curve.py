@@ -12,8 +12,9 @@ phases: 1,048,576), each made by
 with DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
 defaults), so that a run made at earlier defaults is not taken, and ppo.py's with the --exp-name of the ablation
 that made them (experiments/cleanrl_ablation.py, all four groups); and it sets CleanRL's return per window beside
-them (its GPU runs of issue 36 and its own script run on this CPU, docs/cleanrl/). --train trains the runs that
-docs/runs lacks, one at a time (a cut run resumes from its checkpoint), and commits each there.
+them: its PPO (the GPU runs of issue 36 and its own script run on this CPU, docs/cleanrl/) and its PPG
+(ppg_procgen.py's runs in docs/cleanrl/ppg/). --train trains the runs that docs/runs lacks, one at a time (a cut
+run resumes from its checkpoint), and commits each there.
 With RUN_DIRs (run folders, or folders holding them) it takes every run there, and no CleanRL reference but those
 given with --reference (a CSV with a row per episode, global_step and episodic_return, as in docs/cleanrl/).
 
@@ -22,10 +23,12 @@ analysis.RESUMED it is left out of the curves and tables. The curves are smoothe
 a window in env steps rather than iterations, so that runs with different batch sizes are smoothed alike; runs
 of the same script are averaged (band: +-1 std). The first table has the mean return of the iterations whose
 global_step falls in each window of --window env steps; the second has each run's env steps, wall time (its
-last time_s) and speed (env steps / wall time, and the median of its per-iteration sps). One or two seeds of
-one game show that a script learns, not which one learns better.
+last time_s) and speed (env steps / wall time, and the median of its per-iteration sps); a third, for PPG runs, has
+each aux phase's mean losses and its time (progress.csv's aux_ columns). One or two seeds of one game show that a
+script learns, not which one learns better.
 """
 import argparse
+import math
 import os
 import sys
 import types
@@ -39,6 +42,7 @@ import sweep  # noqa: E402
 RUNS = os.path.join(sweep.ROOT, "docs", "runs")
 OUT = os.path.join(sweep.ROOT, "docs", "figures", "learning_1m.png")
 CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run on this CPU (issue 36)
+CONTROL_PPG = os.path.join(CONTROL, "ppg")  # its ppg_procgen.py: ppg_procgen_seed<N>_<gpu|cpu>_episodes.csv (issue 50)
 # Today's defaults of the flags where the official code and CleanRL differ (CleanRL's since issue 36; a test checks
 # them against the scripts): the README's runs name them, so that a run made at earlier defaults is not taken.
 DEFAULTS = dict(sweep.CLEANRL)
@@ -87,8 +91,21 @@ def tables(runs, width, references=None):
                        cell(d["sps_mean"], "{:.0f}"), cell(d["sps_median"], "{:.0f}")])
     speed = analysis.markdown_table(["run", "env steps", "wall time", "env steps/s (steps / wall time)",
                                      "env steps/s (median of sps)"], speeds)
+    aux = [[label, f"{row['iteration']:.0f}", cell(row["aux_kl"], "{:.5f}"), cell(row["aux_value_loss"], "{:.3f}"),
+            cell(row["aux_true_value_loss"], "{:.3f}"), sweep.format_wall_time(row["aux_time_s"])]
+           for label, run in zip(labels, runs) for row in run["rows"] if math.isfinite(row.get("aux_kl", math.nan))]
+    aux = analysis.markdown_table(["run", "aux phase after iteration", "KL to pi_old", "aux value loss",
+                                   "true value loss", "time"], aux) if aux else ""
     return (f"Mean episodic return per {width:,} env steps (the first iteration after a resume left out)\n\n{returns}"
-            f"\n\nWall time and speed\n\n{speed}")
+            f"\n\nWall time and speed\n\n{speed}" + (f"\n\nPPG's aux phases: each loss's mean over the phase's "
+                                                   f"minibatches (0.5 x MSE for the values)\n\n{aux}" if aux else ""))
+
+
+def cleanrl_ppg(width):
+    """CleanRL's ppg_procgen.py, its mean return per window: each run's episode log in CONTROL_PPG."""
+    names = sorted(os.listdir(CONTROL_PPG)) if os.path.isdir(CONTROL_PPG) else []
+    return {f"CleanRL PPG seed {f.split('_')[2][4:]} ({'GPU' if '_gpu_' in f else 'this CPU'})":
+            analysis.episode_windows(os.path.join(CONTROL_PPG, f), width) for f in names if f.endswith("_episodes.csv")}
 
 
 def count_text(n, thing):
@@ -146,8 +163,9 @@ def main(argv=None):
         runs, references = sorted(analysis.load_runs(args.paths), key=by_script), None
     else:
         runs, references = default_runs(RUNS, args.total_timesteps), None
-        if args.total_timesteps == 1_000_000:  # CleanRL's numbers are of 1M-step runs
-            references = analysis.cleanrl_references(CONTROL, args.window)
+        if args.total_timesteps == 1_000_000:  # CleanRL's numbers are of 1M-step runs: its PPO, then its PPG
+            references = {label.replace("CleanRL", "CleanRL PPO"): means for label, means in
+                          analysis.cleanrl_references(CONTROL, args.window).items()} | cleanrl_ppg(args.window)
     references = {**(references or {}), **{"CleanRL " + os.path.basename(path).removesuffix("_episodes.csv"):
                                            analysis.episode_windows(path, args.window) for path in args.reference}}
     runs = [analysis.without_resumed(run) for run in runs if run["rows"]]

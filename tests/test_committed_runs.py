@@ -204,7 +204,8 @@ def test_figure_commands_draw_the_committed_runs(tmp_path, capsys):
         assert os.path.getsize(out) > 0
         printed = capsys.readouterr().out
         assert all(label in printed for label in learning_curve.run_labels(runs))
-        assert "| CleanRL seed 1 (GPU) | CleanRL seed 2 (GPU) | CleanRL seed 1 (this CPU) |" in printed
+        assert ("| CleanRL PPO seed 1 (GPU) | CleanRL PPO seed 2 (GPU) | CleanRL PPO seed 1 (this CPU) | "
+                "CleanRL PPG seed 1 (GPU) |") in printed
     fig2_runs = [d for d in committed_folders() if os.path.basename(d).split("__")[1:2] == ["fig2"]]
     if fig2_runs:
         figure, summary = batch_size.main(["--cpu", "--plot-only", "--runs-dir", str(tmp_path / "runs"),
@@ -334,6 +335,30 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     assert committed == str(runs) and [(r.script, r.seed) for r in planned] == [
         ("ppo", 1), ("ppo", 2), ("ppo_ewma", 1), ("ppo_ewma", 2), ("ppg", 1), ("ppg_ewma", 1)]
     assert all(has(sweep.command(r, "x"), "--init", learning_curve.DEFAULTS["init"]) for r in planned)
+
+
+def test_learning_curve_shows_ppgs_aux_phases_and_cleanrls_ppg(tmp_path, capsys, monkeypatch):
+    # a PPG run of 4 iterations, N_pi 2: its aux columns filled in the rows of iterations 2 and 4 only
+    aux = {"aux_kl": [None, 0.00012345, None, 0.0111], "aux_value_loss": [None, 0.1394, None, 0.159],
+           "aux_true_value_loss": [None, 0.1316, None, 0.1403], "aux_time_s": [None, 110.4, None, 5346]}
+    run = write_run(tmp_path / "runs", "starpilot", "ppg", 1, [1, 2, 3, 4], batch=50_000, extra=aux,
+                    config={"script": "ppg.py"})
+    learning_curve.main([run, "-o", str(tmp_path / "curve.png")])
+    assert ("| run | aux phase after iteration | KL to pi_old | aux value loss | true value loss | time |\n"
+            "|---|---|---|---|---|---|\n| ppg seed 1 | 2 | 0.00012 | 0.139 | 0.132 | 110 s (2 min) |\n"
+            "| ppg seed 1 | 4 | 0.01110 | 0.159 | 0.140 | 5,346 s (89 min) |\n") in capsys.readouterr().out
+    learning_curve.main([write_run(tmp_path, "starpilot", "ppo", 1, [1], config={"script": "ppo.py"}),
+                         "-o", str(tmp_path / "curve.png")])
+    assert "aux" not in capsys.readouterr().out  # no PPG run: no aux table
+    # CleanRL's PPG beside the README's runs: each episode log in docs/cleanrl/ppg, named by seed and machine
+    control = tmp_path / "ppg"
+    control.mkdir()
+    (control / "ppg_procgen_seed1_gpu_episodes.csv").write_text("global_step,episodic_return\n1000,4\n99000,6\n")
+    (control / "ppg_procgen_seed2_cpu_episodes.csv").write_text("global_step,episodic_return\n5000,1\n150000,3\n")
+    (control / "ppg_procgen_seed1_gpu_iterations.csv").write_text("global_step,aux_kl_loss\n1000,0.1\n")
+    monkeypatch.setattr(learning_curve, "CONTROL_PPG", str(control))
+    assert learning_curve.cleanrl_ppg(100_000) == {"CleanRL PPG seed 1 (GPU)": [5.0],
+                                                   "CleanRL PPG seed 2 (this CPU)": [1.0, 3.0]}
 
 
 def test_learning_curve_leaves_out_the_first_iteration_after_a_resume(tmp_path, capsys, monkeypatch):
