@@ -90,24 +90,24 @@ def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_pa
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this OS")
-def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path):
+def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, request):
     """A closed terminal (SIGHUP): the iteration finishes, a checkpoint is saved, the resume command printed. Under
-    nohup (SIGHUP ignored when the run starts) the run goes on."""
-    argv = [os.path.join(ROOT, "ppo.py"), *TINY, "--total-timesteps", "100000", "--save-interval", "1000"]
-    proc = start(argv + ["--runs-dir", str(tmp_path / "hup")])
-    wait_for(proc, "iter 1/")
-    proc.send_signal(signal.SIGHUP)
-    out = proc.communicate(timeout=120)[0]
+    nohup (SIGHUP ignored when the run starts) the run goes on. Each run gets its own SIGHUP setting, not pytest's
+    (a suite started under nohup would pass SIG_IGN on to both), and is killed when the test ends, passed or not."""
+    def hung_up(name, sighup):
+        proc = start([os.path.join(ROOT, "ppo.py"), *TINY, "--total-timesteps", "100000", "--save-interval", "1000",
+                      "--runs-dir", str(tmp_path / name)], preexec_fn=lambda: signal.signal(signal.SIGHUP, sighup))
+        request.addfinalizer(lambda: (proc.kill(), proc.wait(timeout=60)))
+        wait_for(proc, "iter 1/")
+        proc.send_signal(signal.SIGHUP)
+        return proc
+
+    hup = hung_up("hup", signal.SIG_DFL)
+    out = hup.communicate(timeout=120)[0]
     run_dir = os.path.join(tmp_path, "hup", os.listdir(tmp_path / "hup")[0])
-    assert proc.returncode == 128 + signal.SIGHUP and "Stopped (SIGHUP), checkpoint of iteration" in out
+    assert hup.returncode == 128 + signal.SIGHUP and "Stopped (SIGHUP), checkpoint of iteration" in out
     assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["iteration"] >= 1
-    nohup = start(argv + ["--runs-dir", str(tmp_path / "nohup")], preexec_fn=lambda: signal.signal(signal.SIGHUP,
-                                                                                                 signal.SIG_IGN))
-    wait_for(nohup, "iter 1/")
-    nohup.send_signal(signal.SIGHUP)
-    wait_for(nohup, "iter 3/")  # still training
-    nohup.kill()
-    nohup.wait(timeout=60)
+    wait_for(hung_up("nohup", signal.SIG_IGN), "iter 3/")  # still training
 
 
 def test_a_checkpoint_of_another_script_is_refused(tmp_path, capsys):
