@@ -8,11 +8,14 @@
 #     source .gpu/setup.sh && experiments/gpu_check.sh learn 400   # ppo_ewma.py beside ppg_ewma.py, stopped by SIGTERM
 #     source .gpu/setup.sh && experiments/gpu_check.sh ppg 560     # ppo.py's speed beside CleanRL's, then ppg.py's
 #                                                                   # learning beside CleanRL's ppg_procgen.py (issue 50)
+#     source .gpu/setup.sh && experiments/gpu_check.sh seeds 500   # both again at seeds 2 and 3, four runs at once
 # The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (the device
 # tool's folder, else /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" experiments/gpu_check.sh learn 120
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" experiments/gpu_check.sh speed 300
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" STEPS=1024 experiments/gpu_check.sh ppg 200
+#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" CLEANRL_SIZES="$SIZES --n-iteration 2" \
+#       STEPS=1024 experiments/gpu_check.sh seeds 120
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
@@ -21,7 +24,7 @@ SIZES=${SIZES:-}   # e.g. --num-envs 8 --num-steps 32 (bench_speed.py and the tr
 PPG=${PPG:-}       # PPG scripts only, e.g. --n-pi 2
 mkdir -p "$OUT"
 STEPS=${STEPS:-1048576}  # ppg: the env steps of both PPG runs (two whole phases of 64 x 256 x 32)
-mode=${1:?usage: gpu_check.sh prep CLEANRL_CLONE | speed SECONDS | learn SECONDS | ppg SECONDS}
+mode=${1:?usage: gpu_check.sh prep CLEANRL_CLONE | speed SECONDS | learn SECONDS | ppg SECONDS | seeds SECONDS}
 
 if [ "$mode" = prep ]; then
   mkdir -p .gpu/cleanrl/whl
@@ -106,6 +109,28 @@ if [ "$mode" = ppg ]; then
   cp /tmp/runs/*/events.out.tfevents.* "$OUT/cleanrl_ppg.tfevents" 2>/dev/null  # its aux losses, per phase
   grep -h "Stopped\|error\|Error" "$OUT"/ppg.log | tee -a "$OUT/learn.txt"
   tail -2 "$OUT/cleanrl_ppg.log" | tee -a "$OUT/learn.txt"
+  exit 0
+fi
+if [ "$mode" = seeds ]; then
+  # 3. The seed noise of the PPG comparison (issue 50): ppg.py and CleanRL's ppg_procgen.py, each at its defaults, for
+  #    each seed in SEEDS, all side by side on the one GPU, each on an equal share of the cores. The returns up to STEPS
+  #    are the record, so nothing is saved and every run still going at the deadline is killed: a run that has passed
+  #    STEPS loses only its last aux phase, which no return comes after. Everything comes back in one file, seeds.tgz.
+  SEEDS=${SEEDS:-2 3}; k=0; per=$((n / (2 * $(wc -w <<< "$SEEDS")))); [ $per -lt 1 ] && per=1
+  cores() { local a=$(((k * per) % n)); k=$((k + 1)); echo "$a-$((a + per - 1))"; }
+  [ -n "$CUDA" ] && theirs_cuda="--no-cuda"  # tyro's flag
+  for s in $SEEDS; do
+    taskset -c $(cores) python3 ppg.py --env-id starpilot --seed $s --total-timesteps $STEPS --runs-dir $runs \
+      --no-save-model $SIZES $PPG $CUDA > "$OUT/ppg_seed$s.log" 2>&1 &
+    (cd /tmp && exec taskset -c $(cores) $clean/ppg_procgen.py --env-id starpilot --seed $s --total-timesteps $STEPS \
+      ${theirs_cuda:-} ${CLEANRL_SIZES:-} > "$OUT/cleanrl_ppg_seed$s.log" 2>&1) &  # it writes /tmp/runs/
+  done
+  while [ "$(left 20)" -gt 1 ] && [ -n "$(jobs -pr)" ]; do sleep 5; done
+  for p in $(jobs -pr); do kill -KILL $p; done; wait; keep
+  for d in /tmp/runs/*/; do [ -d "$d" ] || continue; mkdir -p "$OUT/cleanrl_$(basename $d)"; cp $d/events.out.tfevents.* "$OUT/cleanrl_$(basename $d)/"; done
+  for d in $runs/*/; do echo "$(basename $d): $(tail -1 $d/progress.csv | cut -d, -f1-2) (iteration, env steps)"; done
+  tail -qn1 "$OUT"/cleanrl_ppg_seed*.log
+  tar czf /tmp/seeds.tgz -C "$OUT" . && find "$OUT" -mindepth 1 ! -name machine.txt -delete && mv /tmp/seeds.tgz "$OUT/"
   exit 0
 fi
 echo "gpu_check.sh: unknown mode $mode" >&2; exit 2
