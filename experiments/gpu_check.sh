@@ -116,14 +116,15 @@ if [ "$mode" = seeds ]; then
   #    each seed in SEEDS, all side by side on the one GPU, each on an equal share of the cores. The returns up to STEPS
   #    are the record, so nothing is saved and every run still going at the deadline is killed: a run that has passed
   #    STEPS loses only its last aux phase, which no return comes after. Everything comes back in one file, seeds.tgz.
-  SEEDS=${SEEDS:-2 3}; k=0; per=$((n / (2 * $(wc -w <<< "$SEEDS")))); [ $per -lt 1 ] && per=1
-  cores() { local a=$(((k * per) % n)); k=$((k + 1)); echo "$a-$((a + per - 1))"; }
+  SEEDS=${SEEDS:-2 3}; a=0; per=$((n / (2 * $(wc -w <<< "$SEEDS")))); [ $per -lt 1 ] && per=1
   [ -n "$CUDA" ] && theirs_cuda="--no-cuda"  # tyro's flag
   for s in $SEEDS; do
-    taskset -c $(cores) python3 ppg.py --env-id starpilot --seed $s --total-timesteps $STEPS --runs-dir $runs \
+    b=$(((a + per) % n))
+    taskset -c $a-$((a + per - 1)) python3 ppg.py --env-id starpilot --seed $s --total-timesteps $STEPS --runs-dir $runs \
       --no-save-model $SIZES $PPG $CUDA > "$OUT/ppg_seed$s.log" 2>&1 &
-    (cd /tmp && exec taskset -c $(cores) $clean/ppg_procgen.py --env-id starpilot --seed $s --total-timesteps $STEPS \
+    (cd /tmp && exec taskset -c $b-$((b + per - 1)) $clean/ppg_procgen.py --env-id starpilot --seed $s --total-timesteps $STEPS \
       ${theirs_cuda:-} ${CLEANRL_SIZES:-} > "$OUT/cleanrl_ppg_seed$s.log" 2>&1) &  # it writes /tmp/runs/
+    a=$(((b + per) % n))
   done
   while [ "$(left 20)" -gt 1 ] && [ -n "$(jobs -pr)" ]; do sleep 5; done
   for p in $(jobs -pr); do kill -KILL $p; done; wait; keep
