@@ -58,10 +58,11 @@ def readme_runs(total_timesteps):
             for script, exp_name in EXP_NAMES.items() for seed in SEEDS[script]]
 
 
-def script_name(run):  # a GPU or bf16 run is its own curve and column: the same algorithm, other numerics and speed
-    config = run["config"]
+def script_name(run):  # a GPU or bf16 run is its own curve and column: the same algorithm, other numerics and speed;
+    config = run["config"]  # so is a run from the official code's weights (--init normed, a probe of issue 50)
     gpu = str(config.get("device", "")).startswith("cuda")
-    return config.get("script", "?.py")[:-3] + (" (GPU)" if gpu else "") + (" (bf16)" if config.get("bf16") else "")
+    return config.get("script", "?.py")[:-3] + (" (GPU)" if gpu else "") + (" (bf16)" if config.get("bf16") else "") \
+        + (" (init normed)" if config.get("init") == "normed" else "")
 
 
 def by_script(run):  # table columns and curves in order of script, then seed
@@ -102,10 +103,12 @@ def tables(runs, width, references=None):
 
 
 def cleanrl_ppg(width):
-    """CleanRL's ppg_procgen.py, its mean return per window: each run's episode log in CONTROL_PPG."""
+    """CleanRL's ppg_procgen.py, its mean return per window: the episode log in CONTROL_PPG of each run that reached
+    1M env steps, as the README's runs did (the shorter ones are in docs/results.md, given with --reference)."""
     names = sorted(os.listdir(CONTROL_PPG)) if os.path.isdir(CONTROL_PPG) else []
-    return {f"CleanRL PPG seed {f.split('_')[2][4:]} ({'GPU' if '_gpu_' in f else 'this CPU'})":
+    logs = {f"CleanRL PPG seed {f.split('_')[2][4:]} ({'GPU' if '_gpu_' in f else 'this CPU'})":
             analysis.episode_windows(os.path.join(CONTROL_PPG, f), width) for f in names if f.endswith("_episodes.csv")}
+    return {label: means for label, means in logs.items() if len(means) * width > 1_000_000}
 
 
 def count_text(n, thing):
