@@ -9,14 +9,15 @@
 #     source .gpu/setup.sh && experiments/gpu_check.sh ppg 560     # ppo.py's speed beside CleanRL's, then ppg.py's
 #                                                                   # learning beside CleanRL's ppg_procgen.py (issue 50)
 #     source .gpu/setup.sh && experiments/gpu_check.sh seeds 500   # both again at seeds 2 and 3, four runs at once
-#     source .gpu/setup.sh && OURS_ONLY=1 PPG="--init normed --exp-name ppg_init_normed" experiments/gpu_check.sh seeds 270
+#     source .gpu/setup.sh && OURS_ONLY=1 PPG="--init normed --exp-name ppg_init_normed" \
+#       experiments/gpu_check.sh seeds 450                         # a probe: ppg.py with other options, seeds 2 and 3
 # The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (the device
 # tool's folder, else /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" experiments/gpu_check.sh learn 120
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" experiments/gpu_check.sh speed 300
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" STEPS=1024 experiments/gpu_check.sh ppg 200
-#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" CLEANRL_SIZES="$SIZES --n-iteration 2" \
-#       STEPS=1024 experiments/gpu_check.sh seeds 120
+#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" \
+#       CLEANRL_SIZES="--num-envs 8 --num-steps 32 --n-iteration 2" STEPS=1024 experiments/gpu_check.sh seeds 120
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
@@ -113,7 +114,7 @@ if [ "$mode" = ppg ]; then
   exit 0
 fi
 if [ "$mode" = seeds ]; then
-  # 3. The seed noise of the PPG comparison (issue 50): ppg.py and CleanRL's ppg_procgen.py, each at its defaults, for
+  # The seed noise of the PPG comparison (issue 50): ppg.py and CleanRL's ppg_procgen.py, each at its defaults, for
   #    each seed in SEEDS, all side by side on the one GPU, each on an equal share of the cores. The returns up to STEPS
   #    are the record, so nothing is saved and every run still going at the deadline is killed: a run that has passed
   #    STEPS loses only its last aux phase, which no return comes after. Everything comes back in one file, seeds.tgz.
@@ -124,13 +125,14 @@ if [ "$mode" = seeds ]; then
     taskset -c $a-$((a + per - 1)) python3 ppg.py --env-id starpilot --seed $s --total-timesteps $STEPS --runs-dir $runs \
       --no-save-model $SIZES $PPG $CUDA > "$OUT/ppg_seed$s.log" 2>&1 &
     a=$(((a + per) % n)); [ "${OURS_ONLY:-0}" = 1 ] && continue
-    (cd /tmp && exec taskset -c $a-$((a + per - 1)) $clean/ppg_procgen.py --env-id starpilot --seed $s --total-timesteps $STEPS \
-      ${theirs_cuda:-} ${CLEANRL_SIZES:-} > "$OUT/cleanrl_ppg_seed$s.log" 2>&1) &  # it writes /tmp/runs/
+    (cd /tmp && exec taskset -c $a-$((a + per - 1)) $clean/ppg_procgen.py --env-id starpilot --seed $s \
+      --total-timesteps $STEPS ${theirs_cuda:-} ${CLEANRL_SIZES:-} > "$OUT/cleanrl_ppg_seed$s.log" 2>&1) &  # to /tmp/runs/
     a=$(((a + per) % n))
   done
   while [ "$(left 20)" -gt 1 ] && [ -n "$(jobs -pr)" ]; do sleep 5; done
   for p in $(jobs -pr); do kill -KILL $p; done; wait; keep
-  for d in /tmp/runs/*/; do [ -d "$d" ] || continue; mkdir -p "$OUT/cleanrl_$(basename $d)"; cp $d/events.out.tfevents.* "$OUT/cleanrl_$(basename $d)/"; done
+  for d in /tmp/runs/*/; do [ -d "$d" ] || continue  # CleanRL's TensorBoard files: its losses, its aux phases'
+    mkdir -p "$OUT/cleanrl_$(basename $d)"; cp $d/events.out.tfevents.* "$OUT/cleanrl_$(basename $d)/"; done
   for d in $runs/*/; do echo "$(basename $d): $(tail -1 $d/progress.csv | cut -d, -f1-2) (iteration, env steps)"; done
   tail -qn1 "$OUT"/cleanrl_ppg_seed*.log 2>/dev/null
   tar czf /tmp/seeds.tgz -C "$OUT" . && find "$OUT" -mindepth 1 ! -name machine.txt -delete && mv /tmp/seeds.tgz "$OUT/"
