@@ -115,10 +115,10 @@ if [ "$mode" = ppg ]; then
 fi
 if [ "$mode" = seeds ]; then
   # The seed noise of the PPG comparison (issue 50): ppg.py and CleanRL's ppg_procgen.py, each at its defaults, for
-  #    each seed in SEEDS, all side by side on the one GPU, each on an equal share of the cores. The returns up to STEPS
-  #    are the record, so nothing is saved and every run still going at the deadline is killed: a run that has passed
-  #    STEPS loses only its last aux phase, which no return comes after. Everything comes back in one file, seeds.tgz.
-  #    OURS_ONLY=1: ppg.py alone (with PPG's options, e.g. --init normed), on twice the cores.
+  # each seed in SEEDS, all side by side on the one GPU, each on an equal share of the cores. The returns up to STEPS
+  # are the record, so nothing is saved and every run still going at the deadline is killed: a run that has passed
+  # STEPS loses only its last aux phase, which no return comes after. Everything comes back in one file, seeds.tgz.
+  # OURS_ONLY=1: ppg.py alone (with PPG's options, e.g. --init normed), on twice the cores.
   SEEDS=${SEEDS:-2 3}; a=0; per=$((n / ((${OURS_ONLY:-0} ? 1 : 2) * $(wc -w <<< "$SEEDS")))); [ $per -lt 1 ] && per=1
   [ -n "$CUDA" ] && theirs_cuda="--no-cuda"  # tyro's flag
   for s in $SEEDS; do
