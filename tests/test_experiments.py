@@ -175,6 +175,33 @@ def test_plot_draws_png_with_seed_groups_and_eval_curve(tmp_path, capsys):
     assert exit_info.value.code == 2 and "no run folders" in capsys.readouterr().err
 
 
+# --- adam_state.py --------------------------------------------------------------------------------------
+def test_adam_state_reads_each_parts_gradient_rms_and_the_step_eps_leaves_by_hand(tmp_path, capsys):
+    """ppg.py's real Agent and Adam, two steps of constant gradients g per part: Adam's bias-corrected v_hat is then
+    g^2 exactly, so sqrt(v_hat) = g and the step kept is g / (g + eps); the aux head, which got no gradient, has no
+    state and no row."""
+    import torch
+    adam_state, agent = load_experiment("adam_state"), load("ppg").Agent(15)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=5e-4, eps=1e-5)
+    grads = {"policy.trunk": 1e-6, "policy.pi_head": 1e-3, "value.0": 4e-5, "value.1": 2e-5}
+    for _ in range(2):
+        for name, p in agent.named_parameters():
+            part = adam_state.part_of(name)
+            p.grad = torch.full_like(p, grads[part]) if part in grads else None
+        optimizer.step()
+    run_dir = tmp_path / "starpilot__ppg__1__1"
+    run_dir.mkdir()
+    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict()}, run_dir / "checkpoint.pt")
+    adam_state.main([str(run_dir)])
+    out = capsys.readouterr().out
+    assert "starpilot__ppg__1__1, optimizer (eps 1e-05, 2 steps)" in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| part")]
+    assert rows == ["| policy.trunk | 622,144 | 1.0e-06 | 1.00 | 0.09 | 0.99 |",  # 1e-6 / (1e-6 + 1e-5) = 0.09
+                    "| policy.pi_head | 3,855 | 1.0e-03 | 0.00 | 0.99 | 1.00 |",
+                    "| value.0 | 622,144 | 4.0e-05 | 0.00 | 0.80 | 1.00 |",  # 4e-5 / 5e-5
+                    "| value.1 | 257 | 2.0e-05 | 0.00 | 0.67 | 1.00 |"]  # 2e-5 / 3e-5
+
+
 # --- Runners: the commands they build ------------------------------------------------------------------
 def test_staleness_runner_commands():
     staleness = load_experiment("fig1_staleness")
