@@ -26,7 +26,7 @@ def part_of(name):
 
 
 def step_kept(rms, eps):
-    """The share of Adam's eps-free step lr * m_hat / sqrt(v_hat) that is left with eps: sqrt(v_hat) / (sqrt(v_hat) + eps)."""
+    """The share of Adam's eps-free step lr * m_hat / sqrt(v_hat) left with eps: sqrt(v_hat) / (sqrt(v_hat) + eps)."""
     return rms / (rms + eps)
 
 
