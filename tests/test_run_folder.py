@@ -74,11 +74,13 @@ def wait_for(proc, prefix):
 def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_path, capsys):
     """One writer per run folder: a resume of a run that still trains (or of one whose orphaned workers do) stops in
     one line before anything is written; once the first process has gone, however it ended (here kill -9), the
-    same resume works."""
+    same resume works. The first run is paused (SIGSTOP) while the second tries: a tiny run could otherwise finish
+    its 10 iterations, and let go, before the resume has loaded its checkpoint."""
     ppo = load("ppo")
     proc = start([os.path.join(ROOT, "ppo.py"), *TINY, "--runs-dir", str(tmp_path), "--total-timesteps",
                   str(10 * BATCH), "--save-interval", "1"])
     wait_for(proc, "iter 2/")
+    proc.send_signal(signal.SIGSTOP)
     run_dir = os.path.join(tmp_path, os.listdir(tmp_path)[0])
     with pytest.raises(SystemExit) as refused:
         ppo.main(["--resume", run_dir])
