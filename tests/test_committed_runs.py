@@ -52,8 +52,9 @@ def command_line(config, plans):
     options = {key: config[key] for key in IDENTITY if key in config}
     if config["exp_name"] != config["script"][:-3]:  # not the script's own name: a figure runner's run
         planned = plans.get((config["env_id"], config["exp_name"], config["seed"]))
-        if planned is None:
-            return documented_command(config)
+        if planned is None:  # a run made by hand: its documented line, with its own identity (seed, length...)
+            documented = documented_command(config)
+            return None if documented is None else documented + sweep.option_tokens(options)
         options.update(planned.options)  # what the runner passes, in place of the recorded values
     return sweep.option_tokens(options)
 
