@@ -138,10 +138,9 @@ def test_every_gpu_run_is_a_cuda_run_of_todays_script_with_every_row_up_to_its_s
         config = json.load(open(os.path.join(run_dir, "config.json")))
         rows = list(csv.DictReader(open(os.path.join(run_dir, "progress.csv"))))
         assert config["device"].startswith("cuda"), run_dir
-        identity = sweep.option_tokens({k: config[k] for k in IDENTITY if k in config})  # PPG has no update_epochs
-        probe = [] if config["exp_name"] == config["script"][:-3] else documented_command(config)
-        assert probe is not None, f"{run_dir}: no `python {config['script']} ... --exp-name` line in docs/results.md"
-        assert differences(config, probe + identity, capsys) == [], run_dir
+        argv = command_line(config, {})  # no figure runner trains here: the script's own name, or a documented probe
+        assert argv is not None, f"{run_dir}: no `python {config['script']} ... --exp-name` line in docs/results.md"
+        assert differences(config, argv, capsys) == [], run_dir
         assert [int(r["iteration"]) for r in rows] == list(range(1, len(rows) + 1)) and len(rows) > 1, run_dir
         assert int(rows[-1]["global_step"]) == len(rows) * config["global_batch_size"], run_dir
 
