@@ -71,7 +71,7 @@ def wait_for(proc, prefix):
     raise AssertionError(f"{prefix!r} never came: {proc.stderr.read()[-2000:]}")
 
 
-def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_path, capsys):
+def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_path, capsys, request):
     """One writer per run folder: a resume of a run that still trains (or of one whose orphaned workers do) stops in
     one line before anything is written; once the first process has gone, however it ended (here kill -9), the
     same resume works. The first run is paused (SIGSTOP) while the second tries: a tiny run could otherwise finish
@@ -80,6 +80,7 @@ def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_pa
     proc = start([os.path.join(ROOT, "ppo.py"), *TINY, "--runs-dir", str(tmp_path), "--total-timesteps",
                   str(10 * BATCH), "--save-interval", "1"])
     wait_for(proc, "iter 2/")
+    request.addfinalizer(proc.kill)  # a failed check below must not leave it stopped for ever
     proc.send_signal(signal.SIGSTOP)
     run_dir = os.path.join(tmp_path, os.listdir(tmp_path)[0])
     with pytest.raises(SystemExit) as refused:
