@@ -32,11 +32,13 @@ DERIVED = ("device", "versions", "world_size", "script", "batch_size", "minibatc
 
 
 GPU_RUNS = os.path.join(COMMITTED, "gpu")  # runs on a lent GPU, stopped by SIGTERM when its time was up (issue 55)
+CUT_RUNS = os.path.join(COMMITTED, "cut")  # CPU runs stopped for good before their end (a session's end, issue 50)
 
 
 def committed_folders(parent=COMMITTED):
-    """Every folder in docs/runs but gpu/ (each must be a complete run; there may be none yet)."""
-    found = [os.path.join(parent, d) for d in os.listdir(parent) if d != "gpu"] if os.path.isdir(parent) else []
+    """Every folder in docs/runs but gpu/ and cut/ (each must be a complete run; there may be none yet)."""
+    found = [os.path.join(parent, d) for d in os.listdir(parent) if d not in ("gpu", "cut")] \
+        if os.path.isdir(parent) else []
     return sorted(d for d in found if os.path.isdir(d))
 
 
@@ -130,14 +132,14 @@ def test_every_committed_run_is_complete_and_what_todays_script_would_run(capsys
         "PER_LAUNCH and DERIVED at the top of tests/test_committed_runs.py, ADDED in experiments/sweep.py.")
 
 
-def test_every_gpu_run_is_a_cuda_run_of_todays_script_with_every_row_up_to_its_stop(capsys):
-    """docs/runs/gpu: runs on a lent GPU, most stopped before their total_timesteps; each ran on CUDA, is what today's
-    script runs with its name and seed (a probe's own options from its command in docs/results.md), and has a row
-    for every iteration from 1 to its stop."""
-    for run_dir in committed_folders(GPU_RUNS):
+def test_every_gpu_or_cut_run_is_todays_script_with_every_row_up_to_its_stop(capsys):
+    """docs/runs/gpu: runs on a lent GPU, most stopped before their total_timesteps; docs/runs/cut: CPU runs stopped
+    for good before theirs. Each ran on its folder's device, is what today's script runs with its name and seed (a
+    probe's own options from its command in docs/results.md), and has a row for every iteration from 1 to its stop."""
+    for run_dir in committed_folders(GPU_RUNS) + committed_folders(CUT_RUNS):
         config = json.load(open(os.path.join(run_dir, "config.json")))
         rows = list(csv.DictReader(open(os.path.join(run_dir, "progress.csv"))))
-        assert config["device"].startswith("cuda"), run_dir
+        assert config["device"].startswith("cuda") == run_dir.startswith(GPU_RUNS), run_dir
         argv = command_line(config, {})  # no figure runner trains here: the script's own name, or a documented probe
         assert argv is not None, f"{run_dir}: no `python {config['script']} ... --exp-name` line in docs/results.md"
         assert differences(config, argv, capsys) == [], run_dir
