@@ -74,7 +74,9 @@ def parse_args(argv=None):
     a("--clip-vloss", action=yes_no, default=True, help="clip value updates at --clip-coef (CleanRL; official: no)")
     a("--max-grad-norm", type=float, default=0.5, help="gradient norm clip; 0 = off (official code)")
     a("--adam-eps", type=float, default=1e-5, help="Adam's epsilon (CleanRL 1e-5, official 1e-8)")
-    a("--init", default="pytorch", choices=("pytorch", "normed"), help="weights: CleanRL's or the official code's")
+    # PPG's weights are the official code's, not ppo.py's CleanRL ones: CleanRL's PPG keeps them too, and after the
+    # first aux phase two seeds with them beat all four runs with CleanRL PPO's (docs/results.md, issue 50)
+    a("--init", default="normed", choices=("pytorch", "normed"), help="weights: CleanRL PPO's or the official's")
     a("--norm-reward", action=yes_no, default=True, help="reward normalisation")
     a("--norm-reward-gamma", type=float, default=0.999, help="discount of the return scaling rewards (official 0.99)")
     a("--norm-adv", action=yes_no, default=True, help="advantage normalisation")
@@ -185,7 +187,7 @@ def normed(layer, scale):
 
 
 def pytorch_init(agent):
-    """--init pytorch (default; CleanRL's): PyTorch's defaults in place of the layers' normed weights, then orthogonal
+    """--init pytorch (CleanRL PPO's): PyTorch's defaults in place of the layers' normed weights, then orthogonal
     heads, gain 0.01 for logits and 1 for values, so that the policy starts near uniform."""
     for layer in [m for m in agent.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]:
         layer.reset_parameters()
@@ -574,7 +576,7 @@ def main(argv=None):
         return evaluate_saved_agent(args, device)
     agent = Agent(NUM_ACTIONS).to(device)
     if args.init == "pytorch":
-        pytorch_init(agent)  # the default: CleanRL's initialisation in place of the official code's (Network)
+        pytorch_init(agent)  # CleanRL PPO's initialisation in place of the official code's (Network)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=args.adam_eps)
     reward_normalizer = RewardNormalizer(args.num_envs, args.norm_reward_gamma).to(device)  # pooled over workers
     adv_moments = AdvantageMoments(args.adv_ewma_decay).to(device)

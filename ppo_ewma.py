@@ -176,7 +176,7 @@ def normed(layer, scale):
 
 
 def pytorch_init(agent):
-    """--init pytorch (default; CleanRL's): PyTorch's defaults in place of the layers' normed weights, then orthogonal
+    """--init pytorch (CleanRL PPO's): PyTorch's defaults in place of the layers' normed weights, then orthogonal
     heads, gain 0.01 for logits and 1 for values, so that the policy starts near uniform."""
     for layer in [m for m in agent.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]:
         layer.reset_parameters()
@@ -481,7 +481,7 @@ def main(argv=None):
         return evaluate_saved_agent(args, device)
     agent = Agent(NUM_ACTIONS).to(device)
     if args.init == "pytorch":
-        pytorch_init(agent)  # the default: CleanRL's initialisation in place of the official code's (Network)
+        pytorch_init(agent)  # CleanRL PPO's initialisation in place of the official code's (Network)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas, eps=args.adam_eps)
     reward_normalizer = RewardNormalizer(args.num_envs, args.norm_reward_gamma).to(device)  # pooled over workers
     adv_moments = AdvantageMoments(args.adv_ewma_decay).to(device)

@@ -10,8 +10,10 @@ seeds 1 and 2 (ppg.py and ppg_ewma.py: seed 1), --total-timesteps env steps (1M 
 phases: 1,048,576), each made by
     python ppo.py --env-id starpilot --seed 1 --total-timesteps 1000000 --save-model    (and the other three)
 with DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
-defaults), so that a run made at earlier defaults is not taken, and ppo.py's with the --exp-name of the ablation
-that made them (experiments/cleanrl_ablation.py, all four groups); and it sets CleanRL's return per window beside
+defaults), so that a run made at earlier defaults is not taken, ppo.py's with the --exp-name of the ablation
+that made them (experiments/cleanrl_ablation.py, all four groups) and ppg.py's with issue 50's (ppg_init_normed);
+until ppg_ewma.py's run at today's defaults is trained, its run at the earlier --init pytorch stands in (EARLIER,
+labelled so); and it sets CleanRL's return per window beside
 them: its PPO (the GPU runs of issue 36 and its own script run on this CPU, docs/cleanrl/) and its PPG
 (ppg_procgen.py's runs in docs/cleanrl/ppg/). --train trains the runs that docs/runs lacks, one at a time (a cut
 run resumes from its checkpoint), and commits each there.
@@ -28,6 +30,7 @@ each aux phase's mean losses and its time (progress.csv's aux_ columns). One or 
 script learns, not which one learns better.
 """
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -43,26 +46,29 @@ RUNS = os.path.join(sweep.ROOT, "docs", "runs")
 OUT = os.path.join(sweep.ROOT, "docs", "figures", "learning_1m.png")
 CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run on this CPU (issue 36)
 CONTROL_PPG = os.path.join(CONTROL, "ppg")  # its ppg_procgen.py: ppg_procgen_seed<N>_<gpu|cpu>_episodes.csv (issue 50)
-# Today's defaults of the flags where the official code and CleanRL differ (CleanRL's since issue 36; a test checks
-# them against the scripts): the README's runs name them, so that a run made at earlier defaults is not taken.
-DEFAULTS = dict(sweep.CLEANRL)
-# ppo.py's runs at these defaults are the ablation's with all four groups at CleanRL's choice (seeds 1 and 2): the
-# same command but for --exp-name, so they are taken rather than trained again.
-EXP_NAMES = {"ppo": cleanrl_ablation.exp_name("ppo", cleanrl_ablation.GROUPS), "ppo_ewma": "ppo_ewma", "ppg": "ppg",
-             "ppg_ewma": "ppg_ewma"}
+# Today's defaults of the flags where the official code and CleanRL differ, per script (CleanRL's since issue 36 but
+# PPG's weights, the official code's since issue 50; a test checks them against the scripts): the README's runs name
+# them, so that a run made at earlier defaults is not taken.
+DEFAULTS = {script: sweep.CLEANRL | ({"init": "normed"} if script.startswith("ppg") else {}) for script in sweep.SCRIPTS}
+# ppo.py's runs at these defaults are the ablation's with all four groups at CleanRL's choice (seeds 1 and 2), ppg.py's
+# issue 50's with the official code's weights: the same commands but for --exp-name, so taken, not trained again.
+EXP_NAMES = {"ppo": cleanrl_ablation.exp_name("ppo", cleanrl_ablation.GROUPS), "ppo_ewma": "ppo_ewma",
+             "ppg": "ppg_init_normed", "ppg_ewma": "ppg_ewma"}
+# Until it is trained at today's defaults, a script's run at these earlier ones stands in (its curve and column say so)
+EARLIER = {"ppg_ewma": {"init": "pytorch"}}  # PPG-EWMA before issue 50
 SEEDS = {"ppo": (1, 2), "ppo_ewma": (1, 2), "ppg": (1,), "ppg_ewma": (1,)}  # PPG: 4.5x PPO's time per env step
 
 
 def readme_runs(total_timesteps):
-    return [sweep.Job(script, "starpilot", seed, exp_name, total_timesteps, {"save_model": True, **DEFAULTS})
+    return [sweep.Job(script, "starpilot", seed, exp_name, total_timesteps, {"save_model": True, **DEFAULTS[script]})
             for script, exp_name in EXP_NAMES.items() for seed in SEEDS[script]]
 
 
 def script_name(run):  # a GPU or bf16 run is its own curve and column: the same algorithm, other numerics and speed;
-    config = run["config"]  # so is a run from the official code's weights (--init normed, a probe of issue 50)
-    gpu = str(config.get("device", "")).startswith("cuda")
+    config = run["config"]  # so is a run of other weights: PPO's from the official code's; PPG's always say theirs,
+    gpu, init = str(config.get("device", "")).startswith("cuda"), config.get("init")  # as issue 50 moved its default
     return config.get("script", "?.py")[:-3] + (" (GPU)" if gpu else "") + (" (bf16)" if config.get("bf16") else "") \
-        + (" (init normed)" if config.get("init") == "normed" else "")
+        + (f" (init {init})" if init == "normed" or init and config.get("script", "").startswith("ppg") else "")
 
 
 def by_script(run):  # table columns and curves in order of script, then seed
@@ -70,8 +76,12 @@ def by_script(run):  # table columns and curves in order of script, then seed
 
 
 def default_runs(folder, total_timesteps):
-    """The README's runs (readme_runs) finished under `folder`."""
-    return sorted(sweep.select_runs(readme_runs(total_timesteps), folder), key=by_script)
+    """The README's runs (readme_runs) finished under `folder`; a script without one, its run at EARLIER defaults."""
+    runs = sweep.select_runs(readme_runs(total_timesteps), folder)
+    trained = {run["config"].get("script") for run in runs}
+    stand_ins = [dataclasses.replace(job, options=job.options | EARLIER[job.script]) for job in readme_runs(
+        total_timesteps) if job.script in EARLIER and f"{job.script}.py" not in trained]
+    return sorted(runs + sweep.select_runs(stand_ins, folder), key=by_script)
 
 
 def run_labels(runs):

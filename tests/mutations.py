@@ -61,7 +61,7 @@ MUTATIONS = [
      "RewardNormalizer(args.num_envs)", ["test_reward_norm.py"]),
     ("adam-eps-ignored", "betas=args.adam_betas, eps=args.adam_eps)", "betas=args.adam_betas)",
      ["test_reward_norm.py"]),
-    ("init-ignored", "        pytorch_init(agent)  # the default", "        None  # the default",
+    ("init-ignored", "        pytorch_init(agent)  #", "        None  #",
      ["test_reward_norm.py"]),
     ("init-no-reset", "        layer.reset_parameters()\n", "", ["test_reward_norm.py"]),
     ("init-gains-swapped", "0.01 if layer.weight.shape[0] == NUM_ACTIONS else 1.0",

@@ -87,14 +87,24 @@ def problems(run_dir, plans, capsys):
         return found + [f"exp_name {config['exp_name']!r} is neither its script's name, nor a run of "
                         "fig2_batch_size.py --cpu or cleanrl_ablation.py, nor in a command in docs/results.md: "
                         "which command made it?"]
-    differ = differences(config, argv, capsys)
-    if differ and config["exp_name"] == config["script"][:-3]:  # a script's own run from before issue 36 changed
-        former = differences(config, argv + sweep.option_tokens(sweep.OFFICIAL_CODE), capsys)  # the defaults
-        differ = differ if former else []
-    return found + differ
+    return found + differences(config, argv, capsys, earlier=config["exp_name"] == config["script"][:-3])
 
 
-def differences(config, argv, capsys):
+# The defaults before issue 36 (the official code's choices), and PPG's before issue 50 (CleanRL's, with PPO's weights)
+EARLIER_DEFAULTS = (sweep.OFFICIAL_CODE, sweep.CLEANRL)
+
+
+def differences(config, argv, capsys, earlier=False):
+    """How config.json differs from what today's script records for the command line argv; with `earlier` (a
+    script's own run), nothing where it is what the script recorded at one of EARLIER_DEFAULTS."""
+    differ = recorded_differences(config, argv, capsys)
+    if earlier and differ and any(not recorded_differences(config, argv + sweep.option_tokens(former), capsys)
+                                  for former in EARLIER_DEFAULTS):
+        return []
+    return differ
+
+
+def recorded_differences(config, argv, capsys):
     """How config.json differs from what today's script records for the command line argv."""
     try:
         today = vars(load(config["script"][:-3]).parse_args(argv))
@@ -142,7 +152,7 @@ def test_every_gpu_or_cut_run_is_todays_script_with_every_row_up_to_its_stop(cap
         assert config["device"].startswith("cuda") == run_dir.startswith(GPU_RUNS), run_dir
         argv = command_line(config, {})  # no figure runner trains here: the script's own name, or a documented probe
         assert argv is not None, f"{run_dir}: no `python {config['script']} ... --exp-name` line in docs/results.md"
-        assert differences(config, argv, capsys) == [], run_dir
+        assert differences(config, argv, capsys, earlier=config["exp_name"] == config["script"][:-3]) == [], run_dir
         assert [int(r["iteration"]) for r in rows] == list(range(1, len(rows) + 1)) and len(rows) > 1, run_dir
         assert int(rows[-1]["global_step"]) == len(rows) * config["global_batch_size"], run_dir
 
@@ -184,6 +194,8 @@ def test_the_check_fails_when_a_default_changes(tmp_path, capsys):
     assert check("ppo", plain, cuda=True, runs_dir="elsewhere", resume="runs/x", micro_batch_size=0) == []
     assert check("ppo", plain, **sweep.OFFICIAL_CODE) == []  # a default run from before issue 36 changed the defaults
     assert check("ppo", plain, **{**sweep.OFFICIAL_CODE, "adam_eps": 1e-6})[0].startswith("adam_eps")  # not both
+    assert check("ppg_ewma", plain, init="pytorch") == []  # PPG's weights before issue 50: CleanRL PPO's
+    assert check("ppg", plain, init="pytorch", adam_eps=1e-8)[0].startswith("adam_eps")  # with no other change
     # the same runs after a default changed, a flag was added or removed, or the run stopped early
     assert check("ppo", plain, gamma=0.99)[0].startswith("gamma: config.json has 0.99, today's ppo.py")
     assert check("ppo_ewma", fig2_argv, beta_prox=0.5)[0].startswith("beta_prox: config.json has 0.5")
@@ -258,9 +270,10 @@ def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed
 
 
 def test_the_readme_runs_name_todays_defaults():
-    for script in sweep.SCRIPTS:
+    for script, named in learning_curve.DEFAULTS.items():
         defaults = vars(load(script).parse_args([]))
-        assert {k: defaults[k] for k in learning_curve.DEFAULTS} == learning_curve.DEFAULTS, script
+        assert {k: defaults[k] for k in named} == named, script
+    assert set(learning_curve.DEFAULTS) == set(sweep.SCRIPTS)
     # ppo.py's are the ablation's runs with all four groups switched: the same options, so today's defaults
     all_four = [r for r in ablation.plan(sorted(ablation.STAGES)) if r.tags["groups"] == "+".join(ablation.GROUPS)]
     readme = [r for r in learning_curve.readme_runs(1_000_000) if r.script == "ppo"]
@@ -271,7 +284,7 @@ def test_the_readme_runs_name_todays_defaults():
 def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch):
     runs = tmp_path / "docs_runs"
     # ppo: 10 iterations of 30,000 steps, 3 s each; ppo_ewma: 6 of 50,000, 5 s each; both 300,000 steps
-    today = {"total_timesteps": 300_000, "save_model": True, **learning_curve.DEFAULTS}
+    today = {"total_timesteps": 300_000, "save_model": True, **learning_curve.DEFAULTS["ppo"]}
     ppo = learning_curve.EXP_NAMES["ppo"]  # the ablation's name: its runs with all four groups are the README's
     write_run(runs, "starpilot", ppo, 1, [1, 2, 3, 4, 5, 6, None, 8, 9, 10], batch=30_000, seconds_per_iteration=3,
               config={"script": "ppo.py", **today}, extra={"sps": [10, 20, 30, 40, 50, 60, 70, 80, 90, 5]})
@@ -339,7 +352,18 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     (planned, committed), = trained
     assert committed == str(runs) and [(r.script, r.seed) for r in planned] == [
         ("ppo", 1), ("ppo", 2), ("ppo_ewma", 1), ("ppo_ewma", 2), ("ppg", 1), ("ppg_ewma", 1)]
-    assert all(has(sweep.command(r, "x"), "--init", learning_curve.DEFAULTS["init"]) for r in planned)
+    assert [has(sweep.command(r, "x"), "--init", "normed") for r in planned] == [False] * 4 + [True] * 2
+    # ppg_ewma.py's run at the weights before issue 50 stands in, labelled so, until one at today's is there
+    old_ppg = {**today, "init": "pytorch", "total_timesteps": 1_000_000}
+    write_run(runs, "starpilot", "ppg_ewma", 1, [3, 3], batch=500_000, config={"script": "ppg_ewma.py", **old_ppg})
+    learning_curve.main(["-o", out])
+    assert "| ppg_ewma (init pytorch) seed 1 | 1,000,000 |" in capsys.readouterr().out
+    today_ppg = write_run(tmp_path / "later", "starpilot", "ppg_ewma", 1, [4, 4], batch=500_000,
+                          config={"script": "ppg_ewma.py", **old_ppg, "init": "normed"})
+    os.rename(today_ppg, runs / "starpilot__ppg_ewma__1__2000")
+    learning_curve.main(["-o", out])
+    header = capsys.readouterr().out.split("\n")[2]
+    assert "| ppg_ewma (init normed) seed 1 |" in header and "pytorch" not in header
 
 
 def test_learning_curve_shows_ppgs_aux_phases_and_cleanrls_ppg(tmp_path, capsys, monkeypatch):

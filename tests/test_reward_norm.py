@@ -50,7 +50,7 @@ def test_reward_normalizer_uses_its_discount(script):
 
 
 def test_pytorch_init_is_pytorchs_default_with_orthogonal_heads(script):
-    """--init pytorch (CleanRL's): each conv and linear layer as PyTorch draws it (uniform within 1/sqrt(fan_in),
+    """--init pytorch (CleanRL PPO's): each conv and linear layer as PyTorch draws it (uniform within 1/sqrt(fan_in),
     biases too), then the heads orthogonal with zero biases, gain 0.01 for the 15 logits and 1 for a value."""
     torch.manual_seed(0)
     agent = script.Agent(15)
