@@ -87,19 +87,19 @@ def problems(run_dir, plans, capsys):
         return found + [f"exp_name {config['exp_name']!r} is neither its script's name, nor a run of "
                         "fig2_batch_size.py --cpu or cleanrl_ablation.py, nor in a command in docs/results.md: "
                         "which command made it?"]
-    return found + differences(config, argv, capsys, earlier=config["exp_name"] == config["script"][:-3])
+    return found + differences(config, argv, capsys)
 
 
 # The defaults before issue 36 (the official code's choices), and PPG's before issue 50 (CleanRL's, with PPO's weights)
 EARLIER_DEFAULTS = (sweep.OFFICIAL_CODE, sweep.CLEANRL)
 
 
-def differences(config, argv, capsys, earlier=False):
-    """How config.json differs from what today's script records for the command line argv; with `earlier` (a
-    script's own run), nothing where it is what the script recorded at one of EARLIER_DEFAULTS."""
-    differ = recorded_differences(config, argv, capsys)
-    if earlier and differ and any(not recorded_differences(config, argv + sweep.option_tokens(former), capsys)
-                                  for former in EARLIER_DEFAULTS):
+def differences(config, argv, capsys):
+    """How config.json differs from what today's script records for the command line argv; nothing for a script's
+    own run (its own --exp-name) that is what the script recorded at one of EARLIER_DEFAULTS."""
+    differ, own = recorded_differences(config, argv, capsys), config["exp_name"] == config["script"][:-3]
+    if own and differ and any(not recorded_differences(config, argv + sweep.option_tokens(former), capsys)
+                              for former in EARLIER_DEFAULTS):
         return []
     return differ
 
@@ -152,7 +152,7 @@ def test_every_gpu_or_cut_run_is_todays_script_with_every_row_up_to_its_stop(cap
         assert config["device"].startswith("cuda") == run_dir.startswith(GPU_RUNS), run_dir
         argv = command_line(config, {})  # no figure runner trains here: the script's own name, or a documented probe
         assert argv is not None, f"{run_dir}: no `python {config['script']} ... --exp-name` line in docs/results.md"
-        assert differences(config, argv, capsys, earlier=config["exp_name"] == config["script"][:-3]) == [], run_dir
+        assert differences(config, argv, capsys) == [], run_dir
         assert [int(r["iteration"]) for r in rows] == list(range(1, len(rows) + 1)) and len(rows) > 1, run_dir
         assert int(rows[-1]["global_step"]) == len(rows) * config["global_batch_size"], run_dir
 
