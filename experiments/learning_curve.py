@@ -77,10 +77,11 @@ def by_script(run):  # table columns and curves in order of script, then seed
 
 def default_runs(folder, total_timesteps):
     """The README's runs (readme_runs) finished under `folder`; a script without one, its run at EARLIER defaults."""
-    runs = sweep.select_runs(readme_runs(total_timesteps), folder)
+    jobs = readme_runs(total_timesteps)
+    runs = sweep.select_runs(jobs, folder)
     trained = {run["config"].get("script") for run in runs}
-    stand_ins = [dataclasses.replace(job, options=job.options | EARLIER[job.script]) for job in readme_runs(
-        total_timesteps) if job.script in EARLIER and f"{job.script}.py" not in trained]
+    stand_ins = [dataclasses.replace(job, options=job.options | EARLIER[job.script]) for job in jobs
+                 if job.script in EARLIER and f"{job.script}.py" not in trained]
     return sorted(runs + sweep.select_runs(stand_ins, folder), key=by_script)
 
 
