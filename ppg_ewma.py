@@ -904,6 +904,7 @@ class Run:
             f"{args.num_steps} steps x {self.world_size} worker(s), {num_iterations} iterations = "
             f"{num_iterations * self.global_batch_size:,} steps; {knobs}; run folder {self.dir}")
         self.start_time, self.last_time, self.watch_time = time.time() - time_s, time.time(), 0.0
+        self.began, self.start_iteration, self.aux_total = self.last_time, start_iteration, 0.0  # for the ETA
 
     def on_signal(self, signum, frame):
         if self.signal is not None:
@@ -936,10 +937,17 @@ class Run:
         if self.rank == 0:
             self.progress.writerow(self.row)
             self.csv_file.flush()
-        eta = int((now - self.start_time) / iteration * (self.num_iterations - iteration))  # the whole run, resumes too
+        # ETA at this process's pace (a resumed run may be on another machine); PPG's aux phases left (hours each on
+        # a CPU) at this process's mean aux phase, or named if none ran here yet
+        n_pi, self.aux_total = vars(self.args).get("n_pi"), self.aux_total + stats.get("aux_time_s", 0.0)
+        aux_done, aux_left = (iteration // n_pi - self.start_iteration // n_pi,
+                              self.num_iterations // n_pi - iteration // n_pi) if n_pi else (0, 0)
+        pace = (now - self.began - self.aux_total) / (iteration - self.start_iteration)
+        eta = int(pace * (self.num_iterations - iteration) + (self.aux_total / aux_done * aux_left if aux_done else 0))
+        untimed = f" + {aux_left} aux phase(s)" if aux_left and not aux_done else ""
         ret = f"{self.row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
         say(f"iter {iteration}/{self.num_iterations} | step {self.row['global_step']:,} | return {ret} | "
-            f"sps {self.row['sps']:.0f} | eta {eta // 3600}h{eta % 3600 // 60:02d}m")
+            f"sps {self.row['sps']:.0f} | eta {eta // 3600}h{eta % 3600 // 60:02d}m{untimed}")
         self.last_time, self.watch_time = now, 0.0
 
     def check(self, iteration):

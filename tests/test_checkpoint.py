@@ -71,8 +71,9 @@ def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(name,
     assert load(name).main(["--resume", part]) == part and same_rows(full, part)
 
 
-def test_a_resumed_run_estimates_its_remaining_time_from_the_whole_run(tmp_path, capsys):
-    """The ETA after --resume: time so far (the checkpoint's time_s included) over iterations so far."""
+def test_a_resumed_run_estimates_its_remaining_time_at_its_own_pace(tmp_path, capsys):
+    """The ETA after --resume: this process's time per iteration, not the checkpoint's time_s (which may be another
+    machine's): iterations of a tiny run take well under a minute, though the first two took an hour each."""
     ppo = load("ppo")
     run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
     state = checkpoint(run_dir)
@@ -81,7 +82,7 @@ def test_a_resumed_run_estimates_its_remaining_time_from_the_whole_run(tmp_path,
     capsys.readouterr()
     ppo.main(["--resume", run_dir, "--total-timesteps", str(4 * BATCH)])
     out = capsys.readouterr().out
-    assert "iter 3/4 |" in out and "eta 0h40m" in out.split("iter 3/4 |")[1].splitlines()[0]  # 7200 s / 3 * 1
+    assert "iter 3/4 |" in out and out.split("iter 3/4 |")[1].splitlines()[0].endswith("eta 0h00m")  # not 0h40m
 
 
 def test_sigterm_saves_a_loadable_checkpoint_and_prints_the_resume_command(tmp_path):
