@@ -383,7 +383,6 @@ def test_under_staleness_the_first_iterations_count_toward_the_run_and_the_phase
     assert "aux epoch 1/1 over 4 trajectories" in out and "aux epoch 1/1 over 8 trajectories" in out
 
 
-
 def test_the_eta_counts_the_aux_phases_left_at_this_processs_mean_aux_phase(capsys, monkeypatch):
     """The console's ETA: the iterations left at this process's pace (100 s each here), plus PPG's aux phases left at
     this process's mean aux phase (3,000 s); before one ran here it names them rather than leave them out (the average
