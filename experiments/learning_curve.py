@@ -12,8 +12,7 @@ phases: 1,048,576), each made by
 with DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
 defaults), so that a run made at earlier defaults is not taken, ppo.py's with the --exp-name of the ablation
 that made them (experiments/cleanrl_ablation.py, all four groups) and ppg.py's with issue 50's (ppg_init_normed);
-until ppg_ewma.py's run at today's defaults is trained, its run at the earlier --init pytorch stands in (EARLIER,
-labelled so); and it sets CleanRL's return per window beside
+and it sets CleanRL's return per window beside
 them: its PPO (the GPU runs of issue 36 and its own script run on this CPU, docs/cleanrl/) and its PPG
 (ppg_procgen.py's runs in docs/cleanrl/ppg/). --train trains the runs that docs/runs lacks, one at a time (a cut
 run resumes from its checkpoint), and commits each there.
@@ -30,7 +29,6 @@ each aux phase's mean losses and its time (progress.csv's aux_ columns). One or 
 script learns, not which one learns better.
 """
 import argparse
-import dataclasses
 import math
 import os
 import sys
@@ -54,8 +52,6 @@ DEFAULTS = {script: sweep.CLEANRL | ({"init": "normed"} if script.startswith("pp
 # issue 50's with the official code's weights: the same commands but for --exp-name, so taken, not trained again.
 EXP_NAMES = {"ppo": cleanrl_ablation.exp_name("ppo", cleanrl_ablation.GROUPS), "ppo_ewma": "ppo_ewma",
              "ppg": "ppg_init_normed", "ppg_ewma": "ppg_ewma"}
-# Until it is trained at today's defaults, a script's run at these earlier ones stands in (its curve and column say so)
-EARLIER = {"ppg_ewma": {"init": "pytorch"}}  # PPG-EWMA before issue 50
 SEEDS = {"ppo": (1, 2), "ppo_ewma": (1, 2), "ppg": (1,), "ppg_ewma": (1,)}  # PPG: 4.5x PPO's time per env step
 
 
@@ -76,13 +72,8 @@ def by_script(run):  # table columns and curves in order of script, then seed
 
 
 def default_runs(folder, total_timesteps):
-    """The README's runs (readme_runs) finished under `folder`; a script without one, its run at EARLIER defaults."""
-    jobs = readme_runs(total_timesteps)
-    runs = sweep.select_runs(jobs, folder)
-    trained = {run["config"].get("script") for run in runs}
-    stand_ins = [dataclasses.replace(job, options=job.options | EARLIER[job.script]) for job in jobs
-                 if job.script in EARLIER and f"{job.script}.py" not in trained]
-    return sorted(runs + sweep.select_runs(stand_ins, folder), key=by_script)
+    """The README's runs (readme_runs) finished under `folder`."""
+    return sorted(sweep.select_runs(readme_runs(total_timesteps), folder), key=by_script)
 
 
 def run_labels(runs):

@@ -352,18 +352,6 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     assert committed == str(runs) and [(r.script, r.seed) for r in planned] == [
         ("ppo", 1), ("ppo", 2), ("ppo_ewma", 1), ("ppo_ewma", 2), ("ppg", 1), ("ppg_ewma", 1)]
     assert [has(sweep.command(r, "x"), "--init", "normed") for r in planned] == [False] * 4 + [True] * 2
-    # ppg_ewma.py's run at the weights before issue 50 stands in, labelled so, until one at today's is there
-    old_ppg = {**today, "init": "pytorch", "total_timesteps": 1_000_000}
-    write_run(runs, "starpilot", "ppg_ewma", 1, [3, 3], batch=500_000, config={"script": "ppg_ewma.py", **old_ppg})
-    learning_curve.main(["-o", out])
-    assert "| ppg_ewma (init pytorch) seed 1 | 1,000,000 |" in capsys.readouterr().out
-    today_ppg = write_run(tmp_path / "later", "starpilot", "ppg_ewma", 1, [4, 4], batch=500_000,
-                          config={"script": "ppg_ewma.py", **old_ppg, "init": "normed"})
-    os.rename(today_ppg, runs / "starpilot__ppg_ewma__1__2000")
-    learning_curve.main(["-o", out])
-    header = capsys.readouterr().out.split("\n")[2]
-    assert "| ppg_ewma (init normed) seed 1 |" in header and "pytorch" not in header
-
 
 def test_learning_curve_shows_ppgs_aux_phases_and_cleanrls_ppg(tmp_path, capsys, monkeypatch):
     # a PPG run of 4 iterations, N_pi 2: its aux columns filled in the rows of iterations 2 and 4 only
