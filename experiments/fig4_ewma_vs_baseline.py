@@ -20,9 +20,20 @@ measured one at a time on one core: ppg_ewma.py 24 min, ppg.py 20 min (the auxil
 ppo_ewma.py 6 min, ppo.py 4 min.
 Checks the pipeline only; the EWMA's effect (small, consistent over 100M steps) is far below this noise.
 
+--cpu (PPO-EWMA against PPO at CPU scale): ppo.py and ppo_ewma.py at the scripts' defaults, easy, seeds 1 and 2,
+1M env steps, on StarPilot (the README's runs) and on two more of the paper's untuned games, picked by a pilot
+before any comparison run: ppo.py, seed 1, 16 iterations (262,144 env steps) on each of heist, jumper, leaper,
+maze, miner, ninja and plunder; the two whose normalised return rises most from the pilot's first 3 iterations to
+its last 3 are compared. Each pilot is the first 16 iterations of its game's ppo.py seed-1 run, which goes on from
+the pilot's checkpoint. One run at a time on both cores into runs/fig4_cpu, each copied to data/runs when it
+finishes (runs there are skipped: the same command continues the sweep in a later session). Output, from
+data/runs alone: the pilot's table, per game the mean return per 100k env steps of every run and the difference
+PPO-EWMA minus PPO over the last 10% of the env steps (900k-1M), docs/figures/fig4_cpu.png and fig4_cpu_summary.csv.
+
 Resumable: finished runs (exp_name fig4__<script>, matching config, progress reaching --total-timesteps)
 are skipped.
 """
+import argparse
 import os
 import sys
 
@@ -41,13 +52,25 @@ PAPER = {"envs": list(sweep.PROCGEN_GAMES), "seeds": [1, 2, 3, 4], "total_timest
          "algorithms": list(ALGORITHMS), "runs_dir": "runs/fig4"}
 QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 32_768, "distribution_mode": "easy",
          "num_envs": 16, "num_steps": 64, "num_minibatches": 8, "n_pi": 8, "parallel": 2}
+UNTUNED = ("heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")  # Fig. 4: beta_prox untuned
+CPU = {"algorithms": ["ppo", "ppo_ewma"], "envs": ["starpilot"], "candidates": list(UNTUNED[:-1]), "pick": 2,
+       "pilot_iterations": 16, "score_iterations": 3, "seeds": [1, 2], "total_timesteps": 1_000_000,
+       "distribution_mode": "easy", "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "defaults": True,
+       "save_model": True, "committed": os.path.join(sweep.ROOT, "data", "runs"),
+       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
+       "estimate_note": "from ppo.py's pilots and ppo_ewma.py's README runs, one at a time on 2 cores (AMD EPYC, Zen 4)"}
+TINY_CPU = {"envs": [], "candidates": ["maze", "heist"], "pick": 1, "pilot_iterations": 2, "score_iterations": 1}
 
 
 def parse_args(argv=None):
     p = sweep.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
     p.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS), help="scripts to run (default: all four)")
+    p.add_argument("--cpu", action="store_true", help="the CPU preset described above")
     sweep.add_ppg_flags(p)
-    return sweep.parse_sweep_args(p, argv, PAPER, QUICK)
+    args = sweep.parse_sweep_args(p, argv, PAPER, QUICK, cpu=CPU)
+    if args.cpu and args.tiny:  # tests: two candidate games of 2 iterations, one picked, no StarPilot
+        vars(args).update(TINY_CPU)
+    return args
 
 
 def build_runs(args):
@@ -103,8 +126,113 @@ def make_figure(loaded, rows, args, out):
               f"averaged over {len(per_env)} game(s); better on {sum(s['mean'] > 0 for s in per_env.values())}")
 
 
+# --- --cpu: StarPilot and two games picked by a pilot --------------------------------------------------------
+def pilot_runs(args):
+    """ppo.py, seed 1, pilot_iterations iterations on each candidate game: the first iterations of its seed-1 run."""
+    steps = args.pilot_iterations * args.num_envs * args.num_steps
+    return [sweep.Job("ppo", env, 1, "ppo", steps, sweep.base_options(args, "ppo"), {"algorithm": "ppo"})
+            for env in args.candidates]
+
+
+def pilot_scores(pilots, args):
+    """{game: (first, last, rise)}: the mean episodic return of the pilot's first and of its last score_iterations
+    iterations, and the rise between them in normalised return (easy-mode constants)."""
+    scores = {}
+    for run in pilots:
+        rows = [row for row in run["rows"] if row["iteration"] <= args.pilot_iterations]
+        env, k = run["config"]["env_id"], args.score_iterations
+        first, last = (analysis.column_mean(part, "episodic_return") for part in (rows[:k], rows[-k:]))
+        rise = analysis.normalized_return(last, env, "easy") - analysis.normalized_return(first, env, "easy")
+        scores[env] = (first, last, rise)
+    return scores
+
+
+def comparison_runs(args, envs):
+    """Both scripts on each game and seed; StarPilot's are the README's runs (sweep.readme_runs)."""
+    return [sweep.Job(script, env, seed, sweep.README_EXP_NAMES[script] if env == "starpilot" else script,
+                      args.total_timesteps, sweep.base_options(args, script), {"algorithm": script})
+            for env in envs for script in args.algorithms for seed in args.seeds]
+
+
+def final_window(args):  # the last 10% of the env steps, e.g. (900k, 1M]
+    return (1 - args.final_frac) * args.total_timesteps, args.total_timesteps
+
+
+def cpu_rows(loaded, args):
+    """A row per run: its script, game, seed and mean return over final_window (the first iteration after a resume
+    left out, analysis.RESUMED)."""
+    low, high = final_window(args)
+    return [{"algorithm": r["tags"]["algorithm"], "env": r["config"]["env_id"], "seed": r["config"]["seed"],
+             "final_return": analysis.column_mean(analysis.in_steps(analysis.without_resumed(r)["rows"], low, high),
+                                                  "episodic_return"), "run": os.path.basename(os.path.normpath(r["dir"]))}
+            for r in loaded]
+
+
+def verdicts(rows):
+    """Per game: PPO's and PPO-EWMA's seeds, the difference of their means and the verdict: ahead or behind if the
+    difference is larger than the spread (max - min) of either script's seeds, else level."""
+    table = []
+    for env in sorted({r["env"] for r in rows}, key=lambda e: (e != "starpilot", e)):
+        finals = {a: [r["final_return"] for r in rows if r["env"] == env and r["algorithm"] == a] for a in PAIRS[0]}
+        if not all(finals.values()):
+            continue
+        diff = np.mean(finals["ppo_ewma"]) - np.mean(finals["ppo"])
+        spread = max(max(v) - min(v) for v in finals.values())
+        verdict = "ahead" if diff > spread else "behind" if diff < -spread else "level"
+        table.append([env, ", ".join(f"{v:.2f}" for v in finals["ppo"]), ", ".join(f"{v:.2f}" for v in finals["ppo_ewma"]),
+                      f"{diff:+.2f}", f"{spread:.2f}", verdict])
+    return table
+
+
+def make_cpu_figure(loaded, rows, args, out):
+    """Per game, both scripts' learning curves (mean +- std over seeds, smoothed over 100k env steps); printed: the
+    return per 100k env steps of every run, and the verdicts."""
+    loaded = [analysis.without_resumed(r) for r in loaded]
+    envs = sorted({r["config"]["env_id"] for r in loaded}, key=lambda e: (e != "starpilot", e))
+    fig, axes = figures.subplots(len(envs), "Figure 4 at CPU scale: PPO-EWMA against PPO",
+                                 argparse.Namespace(**{**vars(args), "envs": envs}))
+    for ax, env in zip(axes, envs):
+        for script in args.algorithms:
+            members = [r for r in loaded if r["config"]["env_id"] == env and r["tags"]["algorithm"] == script]
+            figures.plot_band(ax, analysis.env_mean_curve(members, normalize=False, smooth_steps=100_000),
+                              ALGORITHMS[script], COLOURS[script], "-" if "ewma" in script else "--")
+        ax.set(title=env, xlabel="env steps", ylabel="episodic return")
+    figures.save_figure(fig, out)
+    for env in envs:
+        runs = sorted((r for r in loaded if r["config"]["env_id"] == env),
+                      key=lambda r: (r["tags"]["algorithm"], r["config"]["seed"]))
+        labels = [f"{ALGORITHMS[r['tags']['algorithm']]} seed {r['config']['seed']}" for r in runs]
+        print(f"\n{env}: mean episodic return per 100,000 env steps\n\n{analysis.window_table(runs, labels, 100_000)}")
+    low, high = final_window(args)
+    print(f"\nMean return over ({analysis.steps_text(low)}, {analysis.steps_text(high)}] env steps\n\n"
+          + analysis.markdown_table(["game", "PPO (seeds)", "PPO-EWMA (seeds)", "PPO-EWMA - PPO", "seeds' spread",
+                                     "verdict"], verdicts(rows)))
+
+
+def main_cpu(args):
+    """Train the pilots still to do, pick the games, then train and show the comparison."""
+    pilots = pilot_runs(args)
+    sweep.run_sweep(args, pilots)
+    scores = pilot_scores(sweep.select_runs(pilots, args.committed or args.runs_dir), args)
+    k = args.score_iterations
+    print(f"Pilots (ppo.py, seed 1, {args.pilot_iterations} iterations): mean return of the first and the last {k} "
+          f"iterations\n\n" + analysis.markdown_table(
+              ["game", f"first {k}", f"last {k}", "rise (normalised)"],
+              [[env, *(analysis.cell(v) for v in s[:2]), f"{s[2]:+.3f}"] for env, s in scores.items()]))
+    if len(scores) < len(pilots):
+        print(f"\n{len(scores)} of {len(pilots)} pilots finished: the games are picked once all are")
+        return None
+    games = sorted(scores, key=lambda env: scores[env][2], reverse=True)[:args.pick]
+    print(f"\nPicked: {', '.join(games)}\n")
+    args.envs = list(args.envs) + games
+    return sweep.sweep_main(args, comparison_runs(args, args.envs), ("algorithm",), "fig4_cpu_summary.csv",
+                            "fig4_cpu.png", make_cpu_figure, summarize=cpu_rows)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.cpu:
+        return main_cpu(args)
     return sweep.sweep_main(args, build_runs(args), ("algorithm",), "fig4_summary.csv", "fig4_ewma.png", make_figure)
 
 

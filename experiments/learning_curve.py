@@ -9,7 +9,7 @@ Without RUN_DIRs it takes the README's runs from docs/runs: the four scripts at 
 seeds 1 and 2 (ppg.py and ppg_ewma.py: seed 1), --total-timesteps env steps (1M by default; PPG rounds up to whole
 phases: 1,048,576), each made by
     python ppo.py --env-id starpilot --seed 1 --total-timesteps 1000000 --save-model    (and the other three)
-with DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
+with sweep.DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
 defaults), so that a run made at earlier defaults is not taken, ppo.py's with the --exp-name of the ablation
 that made them (experiments/cleanrl_ablation.py, all four groups) and ppg.py's with issue 50's (ppg_init_normed);
 and it sets CleanRL's return per window beside
@@ -36,7 +36,6 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import analysis  # noqa: E402
-import cleanrl_ablation  # noqa: E402
 import figures  # noqa: E402
 import sweep  # noqa: E402
 
@@ -44,20 +43,6 @@ RUNS = os.path.join(sweep.ROOT, "docs", "runs")
 OUT = os.path.join(sweep.ROOT, "docs", "figures", "learning_1m.png")
 CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run on this CPU (issue 36)
 CONTROL_PPG = os.path.join(CONTROL, "ppg")  # its ppg_procgen.py: ppg_procgen_seed<N>_<gpu|cpu>_episodes.csv (issue 50)
-# Today's defaults of the flags where the official code and CleanRL differ, per script (CleanRL's since issue 36 but
-# PPG's weights, the official code's since issue 50; a test checks them against the scripts): the README's runs name
-# them, so that a run made at earlier defaults is not taken.
-DEFAULTS = {script: sweep.CLEANRL | ({"init": "normed"} if script.startswith("ppg") else {}) for script in sweep.SCRIPTS}
-# ppo.py's runs at these defaults are the ablation's with all four groups at CleanRL's choice (seeds 1 and 2), ppg.py's
-# issue 50's with the official code's weights: the same commands but for --exp-name, so taken, not trained again.
-EXP_NAMES = {"ppo": cleanrl_ablation.exp_name("ppo", cleanrl_ablation.GROUPS), "ppo_ewma": "ppo_ewma",
-             "ppg": "ppg_init_normed", "ppg_ewma": "ppg_ewma"}
-SEEDS = {"ppo": (1, 2), "ppo_ewma": (1, 2), "ppg": (1,), "ppg_ewma": (1,)}  # PPG: 4.5x PPO's time per env step
-
-
-def readme_runs(total_timesteps):
-    return [sweep.Job(script, "starpilot", seed, exp_name, total_timesteps, {"save_model": True, **DEFAULTS[script]})
-            for script, exp_name in EXP_NAMES.items() for seed in SEEDS[script]]
 
 
 def script_name(run):  # a GPU or bf16 run is its own curve and column: the same algorithm, other numerics and speed;
@@ -73,7 +58,7 @@ def by_script(run):  # table columns and curves in order of script, then seed
 
 def default_runs(folder, total_timesteps):
     """The README's runs (readme_runs) finished under `folder`."""
-    return sorted(sweep.select_runs(readme_runs(total_timesteps), folder), key=by_script)
+    return sorted(sweep.select_runs(sweep.readme_runs(total_timesteps), folder), key=by_script)
 
 
 def run_labels(runs):
@@ -162,7 +147,7 @@ def main(argv=None):
         p.error(f"not a file: {', '.join(path for path in args.reference if not os.path.isfile(path))}")
     if args.train and args.paths:
         p.error("--train trains the README's runs: give no RUN_DIR")
-    if args.train and sweep.run_all(readme_runs(args.total_timesteps), args.runs_dir, committed=RUNS):
+    if args.train and sweep.run_all(sweep.readme_runs(args.total_timesteps), args.runs_dir, committed=RUNS):
         sys.exit(f"a run failed; see {os.path.join(args.runs_dir, 'logs')}")
     if args.paths:
         runs, references = sorted(analysis.load_runs(args.paths), key=by_script), None

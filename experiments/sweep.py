@@ -56,6 +56,22 @@ OFFICIAL_CODE = {"minibatch_by": "env", "vf_coef": 0.5, "clip_vloss": False, "no
                  "max_grad_norm": 0.0, "adam_eps": 1e-8, "init": "normed"}
 CLEANRL = {"minibatch_by": "step", "vf_coef": 0.25, "clip_vloss": True, "norm_reward_gamma": 0.999,
            "max_grad_norm": 0.5, "adam_eps": 1e-5, "init": "pytorch"}
+# The scripts' defaults of those flags: CleanRL's choices, but PPG's weights (the official code's). A preset that runs
+# the scripts at their defaults ("defaults": True) names them on the command line, so that a run made with other
+# values is not taken for one of its runs.
+DEFAULTS = {script: CLEANRL | ({"init": "normed"} if script.startswith("ppg") else {}) for script in SCRIPTS}
+# The README's runs: StarPilot (easy), 1M env steps, the defaults, these seeds and --exp-name (ppo.py's were made by
+# experiments/cleanrl_ablation.py with all four groups at CleanRL's choice, the same command but for the name).
+README_EXP_NAMES = {"ppo": "ablation__ppo__mb+vf+gc+init", "ppo_ewma": "ppo_ewma", "ppg": "ppg_init_normed",
+                    "ppg_ewma": "ppg_ewma"}
+README_SEEDS = {"ppo": (1, 2), "ppo_ewma": (1, 2), "ppg": (1,), "ppg_ewma": (1,)}  # PPG: 4.5x PPO's time per env step
+
+
+def readme_runs(total_timesteps=1_000_000, scripts=SCRIPTS):
+    return [Job(script, "starpilot", seed, README_EXP_NAMES[script], total_timesteps,
+                {"save_model": True, **DEFAULTS[script]}) for script in scripts for seed in README_SEEDS[script]]
+
+
 # Flags added after some runs were made, with the value those runs had (each issue that added a flag kept the earlier
 # behaviour as its first default): a config.json without the key is read as having it.
 ADDED = {k: OFFICIAL_CODE[k] for k in ("clip_vloss", "adam_eps", "norm_reward_gamma", "init")}
@@ -372,9 +388,11 @@ def parse_sweep_args(parser, argv, paper, quick, tiny=None, **presets):
 
 
 def base_options(args, script):
-    """Script options that come from the shared flags (sizes, difficulty, PPG phase for tiny runs)."""
+    """Script options that come from the shared flags (sizes, difficulty, PPG phase for tiny runs), and the official
+    code's choices where it and CleanRL differ (the paper's), or the scripts' defaults where a preset asks for them."""
     options = {"distribution_mode": args.distribution_mode, "num_envs": args.num_envs, "num_steps": args.num_steps,
-               "num_minibatches": args.num_minibatches, **OFFICIAL_CODE}
+               "num_minibatches": args.num_minibatches,
+               **(DEFAULTS[script] if getattr(args, "defaults", False) else OFFICIAL_CODE)}
     if script.startswith("ppg"):
         for dest in ("n_pi", "e_aux"):
             if getattr(args, dest, None) is not None:

@@ -270,12 +270,12 @@ def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed
 
 
 def test_the_readme_runs_name_todays_defaults():
-    for script, named in learning_curve.DEFAULTS.items():
+    for script, named in sweep.DEFAULTS.items():
         defaults = vars(load(script).parse_args([]))
         assert {k: defaults[k] for k in named} == named, script
     # ppo.py's are the ablation's runs with all four groups switched: the same options, so today's defaults
     all_four = [r for r in ablation.plan(sorted(ablation.STAGES)) if r.tags["groups"] == "+".join(ablation.GROUPS)]
-    readme = [r for r in learning_curve.readme_runs(1_000_000) if r.script == "ppo"]
+    readme = [r for r in sweep.readme_runs(1_000_000) if r.script == "ppo"]
     assert [(r.exp_name, r.seed, r.options) for r in readme] == [(r.exp_name, r.seed, r.options) for r in all_four]
 
 
@@ -283,8 +283,8 @@ def test_the_readme_runs_name_todays_defaults():
 def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch):
     runs = tmp_path / "docs_runs"
     # ppo: 10 iterations of 30,000 steps, 3 s each; ppo_ewma: 6 of 50,000, 5 s each; both 300,000 steps
-    today = {"total_timesteps": 300_000, "save_model": True, **learning_curve.DEFAULTS["ppo"]}
-    ppo = learning_curve.EXP_NAMES["ppo"]  # the ablation's name: its runs with all four groups are the README's
+    today = {"total_timesteps": 300_000, "save_model": True, **sweep.DEFAULTS["ppo"]}
+    ppo = sweep.README_EXP_NAMES["ppo"]  # the ablation's name: its runs with all four groups are the README's
     write_run(runs, "starpilot", ppo, 1, [1, 2, 3, 4, 5, 6, None, 8, 9, 10], batch=30_000, seconds_per_iteration=3,
               config={"script": "ppo.py", **today}, extra={"sps": [10, 20, 30, 40, 50, 60, 70, 80, 90, 5]})
     write_run(runs, "starpilot", "ppo_ewma", 1, [2, 4, 6, 8, 10, 12], batch=50_000, seconds_per_iteration=5,

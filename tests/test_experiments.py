@@ -484,3 +484,51 @@ def test_cpu_preset_end_to_end_commits_resumes_and_skips(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("skip (committed)") == 2 and "start on cores" not in out
     assert len(list(csv.DictReader(open(summary)))) == 2
+
+
+# --- Fig. 4 at CPU scale: the pilot picks the games ----------------------------------------------------------
+def test_fig4_cpu_picks_the_games_by_the_pilots_normalised_rise_and_plans_both_scripts_there(tmp_path, capsys):
+    ewma = load_experiment("fig4_ewma_vs_baseline")
+    runs_dir, committed = tmp_path / "runs", tmp_path / "committed"
+    argv = ["--cpu", "--tiny", "--runs-dir", str(runs_dir), "--committed", str(committed)]
+    args = ewma.parse_args(argv)
+    maze, heist = ewma.pilot_runs(args)  # 2 iterations of 4 envs x 32 steps, at the scripts' defaults
+    assert (maze.env_id, heist.env_id, maze.total_timesteps, maze.exp_name) == ("maze", "heist", 256, "ppo")
+    assert all(maze.options[k] == v for k, v in sweep.DEFAULTS["ppo"].items())
+    # heist rises more in raw return (1.2 against 1.0), maze more in normalised return: 1.0 / (10 - 5) = 0.2 against
+    # 1.2 / (10 - 3.5) = 0.185 (easy mode's constants)
+    write_run(committed, "maze", "ppo", 1, [6.0, 7.0], config=recorded_config(maze))
+    assert ewma.main(argv + ["--dry-run"]) is None  # heist's pilot is still to do: no game picked yet
+    out = capsys.readouterr().out
+    assert "--env-id heist" in out and "1 of 2 pilots finished" in out and "Picked" not in out
+    write_run(committed, "heist", "ppo", 1, [4.0, 5.2], config=recorded_config(heist))
+    assert ewma.main(argv + ["--dry-run"]) is None
+    out = capsys.readouterr().out
+    assert "| maze | 6.00 | 7.00 | +0.200 |" in out and "| heist | 4.00 | 5.20 | +0.185 |" in out
+    assert "Picked: maze" in out and "2 runs planned, 2 still to train" in out
+    planned = [line for line in out.splitlines() if line.startswith(sys.executable)]
+    assert len(planned) == 2 and all("--env-id maze" in line and "--seed 1" in line for line in planned)
+    assert sorted(line.split()[1].rsplit("/", 1)[1] for line in planned) == ["ppo.py", "ppo_ewma.py"]
+
+
+def test_fig4_cpu_tables_give_the_last_tenth_of_each_run_and_the_verdict_by_hand(tmp_path, capsys):
+    ewma = load_experiment("fig4_ewma_vs_baseline")
+    committed = tmp_path / "committed"
+    argv = ["--cpu", "--tiny", "--runs-dir", str(tmp_path / "runs"), "--committed", str(committed),
+            "--out-dir", str(tmp_path), "--plot-only", "--seeds", "1", "2"]
+    args = ewma.parse_args(argv)
+    for pilot, returns in zip(ewma.pilot_runs(args), ([1.0, 9.0], [4.0, 5.0])):  # maze is picked
+        write_run(committed, pilot.env_id, "ppo", 1, returns + [3.0, 6.0], config=recorded_config(pilot))
+    jobs = {(j.script, j.seed): j for j in ewma.comparison_runs(args, ["maze"])}
+    # 4 iterations of 128 env steps: the last tenth of 512, (460.8, 512], is the 4th iteration alone
+    write_run(committed, "maze", "ppo", 2, [2.0, 2.0, 2.0, 8.0], config=recorded_config(jobs["ppo", 2]))
+    write_run(committed, "maze", "ppo_ewma", 1, [5.0, 5.0, 5.0, 9.0], config=recorded_config(jobs["ppo_ewma", 1]))
+    write_run(committed, "maze", "ppo_ewma", 2, [5.0, 5.0, 5.0, 10.0], config=recorded_config(jobs["ppo_ewma", 2]))
+    figure, summary = ewma.main(argv)
+    out = capsys.readouterr().out
+    # PPO 6 and 8, PPO-EWMA 9 and 10: +2.50, above the larger spread (2.00)
+    assert "| maze | 6.00, 8.00 | 9.00, 10.00 | +2.50 | 2.00 | ahead |" in out
+    assert "| (0, 100k] | 4.75 | 3.50 | 6.00 | 6.25 |" in out  # per 100k: PPO seeds 1, 2, then PPO-EWMA's
+    assert os.path.getsize(figure) > 0 and len(list(csv.DictReader(open(summary)))) == 4
+    assert ewma.verdicts([{"env": "x", "algorithm": a, "final_return": v} for a, v in
+                          (("ppo", 6.0), ("ppo", 8.0), ("ppo_ewma", 6.5), ("ppo_ewma", 9.0))])[0][-1] == "level"
