@@ -222,6 +222,12 @@ def step_windows(rows, width):
     return [(k * width, (k + 1) * width, in_steps(rows, k * width, (k + 1) * width)) for k in range(count)]
 
 
+def window_return(run, low, high):
+    """The mean episodic return of the run's iterations that ended in (low, high] env steps, the first iteration after
+    a resume left out (without_resumed): e.g. (900k, 1M], a run's last tenth."""
+    return column_mean(in_steps(without_resumed(run)["rows"], low, high), "episodic_return")
+
+
 def column_mean(rows, column):
     """Mean of `column` over the rows where it has a value; nan if none (or no such column)."""
     values = [row.get(column, np.nan) for row in rows]

@@ -23,6 +23,14 @@ starpilot, easy, seed 1, staleness 0 2 8, --num-envs 16 --num-steps 64 --num-min
 steps per iteration), 49,152 steps (48 iterations) per run: 5 ppo.py runs (~6.3 min each) and 3
 ppo_ewma.py runs (~9 min each). Too short to learn much: it checks the pipeline, not the paper's claim.
 
+--cpu (the paper's three findings at CPU scale): StarPilot, easy, seed 1, 1M env steps, the scripts' defaults
+otherwise, staleness 0 2 8: the six runs at K = 2 and 8, one at a time on both cores into runs/fig1_cpu, each
+copied to data/runs when it finishes (the same command continues the sweep in a later session); K = 0 is the
+README's ppo.py run (at K = 0 the three objectives are one). An iteration is 16,384 env steps here (the paper's
+65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone: docs/figures/fig1_cpu.png (the
+return over the last 10% of the env steps against K, one line per objective; each objective's learning curves),
+fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run and over the last 10%.
+
 Resumable: finished runs (same exp_name, e.g. fig1__ppo__old-recent__stale4, matching config, progress
 reaching --total-timesteps) are skipped, so rerunning the same command continues an interrupted sweep.
 """
@@ -45,6 +53,11 @@ PAPER = {"envs": list(sweep.PROCGEN_GAMES), "seeds": [1, 2, 3, 4], "total_timest
 QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 49_152, "distribution_mode": "easy",
          "num_envs": 16, "num_steps": 64, "num_minibatches": 8, "staleness_values": [0, 2, 8],
          "parallel": 2}
+CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distribution_mode": "easy",
+       "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "staleness_values": [0, 2, 8], "defaults": True,
+       "save_model": True, "committed": os.path.join(sweep.ROOT, "data", "runs"),
+       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "sps_per_core": {"ppo": 235, "ppo_ewma": 235},
+       "estimate_note": "from ppo.py's runs at K = 0, one at a time on 2 cores (AMD EPYC, Zen 4)"}
 
 
 def parse_args(argv=None):
@@ -52,7 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--staleness-values", nargs="+", type=int, metavar="K",
                    help="staleness K in iterations (paper: 0 1 2 4 8 16)")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="objectives (default: all three)")
-    return sweep.parse_sweep_args(p, argv, PAPER, QUICK, tiny={"staleness_values": [0, 2]})  # 4 tiny iterations
+    p.add_argument("--cpu", action="store_true", help="the CPU preset described above")
+    return sweep.parse_sweep_args(p, argv, PAPER, QUICK, tiny={"staleness_values": [0, 2]}, cpu=CPU)  # 4 iterations
 
 
 def build_runs(args):
@@ -60,15 +74,17 @@ def build_runs(args):
     for variant in args.variants:
         script, options, _ = VARIANTS[variant]
         for k in args.staleness_values:
-            if script == "ppo" and k == 0:  # recent = behav without staleness: one shared run
-                name, options_k = "fig1__ppo__stale0", {"old_policy": "behav"}
+            if k == 0 and (script == "ppo" or args.cpu):  # recent = behav without staleness: one shared run
+                # (--cpu: the README's ppo.py run, for (b) too: with prox = recent = behav it is PPO's objective)
+                script_k, name = "ppo", sweep.README_EXP_NAMES["ppo"] if args.cpu else "fig1__ppo__stale0"
+                options_k = {"old_policy": "behav"}
             else:
                 knob = "-".join(f"{key.replace('_policy', '')}-{value}" for key, value in options.items())
-                name, options_k = f"fig1__{script}__{knob}__stale{k}", options
+                script_k, name, options_k = script, f"fig1__{script}__{knob}__stale{k}", options
             for env in args.envs:
                 for seed in args.seeds:
-                    runs.append(sweep.Job(script, env, seed, name, args.total_timesteps,
-                                          {**sweep.base_options(args, script), **options_k, "staleness": k},
+                    runs.append(sweep.Job(script_k, env, seed, name, args.total_timesteps,
+                                          {**sweep.base_options(args, script_k), **options_k, "staleness": k},
                                           {"variant": variant, "staleness": k}))
     return runs
 
@@ -91,8 +107,46 @@ def make_figure(loaded, rows, args, out):
     figures.save_figure(fig, out)
 
 
+# --- --cpu: one game, raw returns over the last tenth -----------------------------------------------------------
+def cpu_rows(loaded, args):
+    """A row per objective, K and seed: the mean return over the last 10% of the env steps (e.g. (900k, 1M])."""
+    low = (1 - args.final_frac) * args.total_timesteps
+    return [{**r["tags"], "seed": r["config"]["seed"], "final_return": analysis.window_return(r, low, args.total_timesteps),
+             "run": os.path.basename(os.path.normpath(r["dir"]))} for r in loaded]
+
+
+def make_cpu_figure(loaded, rows, args, out):
+    """The return over the last tenth against K, a line per objective; each objective's learning curves per K
+    (smoothed over 100k env steps); printed: the return per 100k env steps of every run and the last tenth's."""
+    loaded, ks = [analysis.without_resumed(r) for r in loaded], sorted(args.staleness_values)
+    finals = analysis.aggregate_final(rows, ("variant", "staleness"), "final_return")
+    fig, axes = figures.subplots(1 + len(args.variants), "Figure 1 at CPU scale: PPO with artificial staleness", args)
+    figures.plot_final(axes[0], finals, {v: VARIANTS[v][2] for v in args.variants}, "staleness K (iterations)",
+                       f"return over the last {args.final_frac:.0%} of env steps")
+    axes[0].set_xscale("symlog", linthresh=1)
+    axes[0].set_xticks(ks, [str(k) for k in ks])
+    for ax, variant in zip(axes[1:], args.variants):
+        figures.plot_curves_by(ax, loaded, "staleness", ks, lambda k: f"K = {k}", False, smooth_steps=100_000,
+                               variant=variant)
+        ax.set_title(VARIANTS[variant][2])
+    figures.save_figure(fig, out)
+    runs = {}  # each run folder once, by K then objective: the K = 0 run serves every objective
+    for run in sorted(loaded, key=lambda r: (r["tags"]["staleness"], list(VARIANTS).index(r["tags"]["variant"]))):
+        runs.setdefault(run["dir"], run)
+    labels = [f"K={r['tags']['staleness']} " + ("(all)" if r["tags"]["staleness"] == 0 else r["tags"]["variant"])
+              + f" seed {r['config']['seed']}" for r in runs.values()]
+    print(f"Mean episodic return per 100,000 env steps\n\n{analysis.window_table(list(runs.values()), labels, 100_000)}")
+    print(f"\nMean return over the last {args.final_frac:.0%} of the env steps, mean over seeds\n\n"
+          + analysis.markdown_table(["objective", *[f"K = {k}" for k in ks]],
+                                    [[VARIANTS[v][2], *[analysis.cell(finals[v, k]["mean"]) if (v, k) in finals else ""
+                                                        for k in ks]] for v in args.variants]))
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.cpu:
+        return sweep.sweep_main(args, build_runs(args), (), "fig1_cpu_summary.csv", "fig1_cpu.png", make_cpu_figure,
+                                summarize=cpu_rows)
     return sweep.sweep_main(args, build_runs(args), ("variant", "staleness"), "fig1_summary.csv",
                             "fig1_staleness.png", make_figure)
 

@@ -163,8 +163,7 @@ def cpu_rows(loaded, args):
     left out, analysis.RESUMED)."""
     low, high = final_window(args)
     return [{"algorithm": r["tags"]["algorithm"], "env": r["config"]["env_id"], "seed": r["config"]["seed"],
-             "final_return": analysis.column_mean(analysis.in_steps(analysis.without_resumed(r)["rows"], low, high),
-                                                  "episodic_return"), "run": os.path.basename(os.path.normpath(r["dir"]))}
+             "final_return": analysis.window_return(r, low, high), "run": os.path.basename(os.path.normpath(r["dir"]))}
             for r in loaded]
 
 

@@ -17,6 +17,7 @@ COMMITTED = os.path.join(ROOT, "docs", "runs")
 learning_curve = load_experiment("learning_curve")
 batch_size = load_experiment("fig2_batch_size")
 ablation = load_experiment("cleanrl_ablation")
+staleness = load_experiment("fig1_staleness")
 
 # The flags that say which run it is, given on its command line whatever their value.
 IDENTITY = ("env_id", "seed", "exp_name", "total_timesteps", "batch_divisor", "update_epochs", "no_adjust")
@@ -42,9 +43,11 @@ def committed_folders(parent=COMMITTED):
     return sorted(d for d in found if os.path.isdir(d))
 
 
-def fig2_cpu_plan():
-    """{(env, exp_name, seed): sweep.Job} of what `fig2_batch_size.py --cpu` and `cleanrl_ablation.py` train."""
-    runs = batch_size.shown_runs(batch_size.parse_args(["--cpu"])) + ablation.plan(sorted(ablation.STAGES))
+def cpu_plans():
+    """{(env, exp_name, seed): sweep.Job} of what `fig2_batch_size.py --cpu`, `fig1_staleness.py --cpu` and
+    `cleanrl_ablation.py` train (`fig4_ewma_vs_baseline.py --cpu`'s runs have their scripts' own names)."""
+    runs = (batch_size.shown_runs(batch_size.parse_args(["--cpu"])) + ablation.plan(sorted(ablation.STAGES))
+            + staleness.build_runs(staleness.parse_args(["--cpu"])))
     return {run.key: run for run in runs}
 
 
@@ -85,7 +88,7 @@ def problems(run_dir, plans, capsys):
     argv = command_line(config, plans)
     if argv is None:
         return found + [f"exp_name {config['exp_name']!r} is neither its script's name, nor a run of "
-                        "fig2_batch_size.py --cpu or cleanrl_ablation.py, nor in a command in docs/results.md: "
+                        "a --cpu preset's or cleanrl_ablation.py's, nor in a command in docs/results.md: "
                         "which command made it?"]
     return found + differences(config, argv, capsys)
 
@@ -125,7 +128,7 @@ def recorded_differences(config, argv, capsys):
 
 # --- Every committed run -------------------------------------------------------------------------------
 def test_every_committed_run_is_complete_and_what_todays_script_would_run(capsys):
-    plans = fig2_cpu_plan()
+    plans = cpu_plans()
     report, keys = {}, {}
     for run_dir in committed_folders():
         found = problems(run_dir, plans, capsys)
@@ -182,7 +185,7 @@ def write_committed(parent, config, steps):
 
 def test_the_check_fails_when_a_default_changes(tmp_path, capsys):
     # a 1M run of ppo.py and a fig2 --cpu ablation as the scripts record them today: nothing to report
-    plans = fig2_cpu_plan()
+    plans = cpu_plans()
     plain = ["--env-id", "starpilot", "--seed", "1", "--total-timesteps", "1000000", "--save-model"]
     ablation = plans[("starpilot", "fig2__ppo_ewma__div16__no-prox", 1)]
     fig2_argv = sweep.command(ablation, "runs")[2:]

@@ -532,3 +532,25 @@ def test_fig4_cpu_tables_give_the_last_tenth_of_each_run_and_the_verdict_by_hand
     assert os.path.getsize(figure) > 0 and len(list(csv.DictReader(open(summary)))) == 4
     assert ewma.verdicts([{"env": "x", "algorithm": a, "final_return": v} for a, v in
                           (("ppo", 6.0), ("ppo", 8.0), ("ppo_ewma", 6.5), ("ppo_ewma", 9.0))])[0][-1] == "level"
+
+
+def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_the_last_tenth(tmp_path, capsys):
+    staleness = load_experiment("fig1_staleness")
+    committed = tmp_path / "committed"
+    argv = ["--cpu", "--tiny", "--runs-dir", str(tmp_path / "runs"), "--committed", str(committed),
+            "--out-dir", str(tmp_path)]
+    runs = staleness.build_runs(staleness.parse_args(argv))
+    at_0 = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 0}
+    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 4
+    assert all(r.options[k] == v for r in runs for k, v in sweep.DEFAULTS[r.script].items())
+    returns = {0: [1.0, 2.0, 3.0, 4.0], ("recent", 2): [1.0, 1.0, 1.0, 0.5], ("decoupled", 2): [1.0, 2.0, 3.0, 5.0],
+               ("behav", 2): [1.0, 2.0, 2.0, 2.5]}  # 4 iterations of 128: the last tenth is the 4th alone
+    for run in sweep.unique_runs(runs):
+        key = 0 if run.tags["staleness"] == 0 else (run.tags["variant"], 2)
+        write_run(committed, "starpilot", run.exp_name, 1, returns[key], config=recorded_config(run))
+    figure, summary = staleness.main(argv + ["--plot-only"])
+    out = capsys.readouterr().out
+    assert "| (a) PPO, old = recent | 4.00 | 0.50 |" in out and "| (b) decoupled, prox = recent | 4.00 | 5.00 |" in out
+    assert "| (c) PPO, old = behav | 4.00 | 2.50 |" in out and os.path.getsize(figure) > 0
+    assert "| env steps | K=0 (all) seed 1 | K=2 recent seed 1 | K=2 decoupled seed 1 | K=2 behav seed 1 |" in out
+    assert len(list(csv.DictReader(open(summary)))) == 6  # the K = 0 run once per objective
