@@ -36,6 +36,13 @@ def test_side_by_side_page_shows_both_files_and_every_note(a, b):
         assert f"<strong>Hunk {k}.</strong>" in page
 
 
+@pytest.mark.parametrize("a,b", build.PAIRS)
+def test_side_by_side_page_shows_the_appendix_once_and_is_at_most_150_kb(a, b):
+    page = open(build.page_path(a, b)).read()
+    assert page.count("# APPENDIX: the machinery.") == 1
+    assert os.path.getsize(build.page_path(a, b)) <= 150_000
+
+
 def test_a_stale_quote_is_detected(tmp_path, monkeypatch):
     """Change one quoted line in a copy of the guide: regeneration restores it."""
     guide = open(build.GUIDE).read()
