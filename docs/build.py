@@ -85,19 +85,25 @@ def regenerate_guide(guide):
     return guide, problems
 
 
+def inline_html(text):
+    """`code`, **bold**, *italics* and [links](url) in one line of a note; inside `code` a * is just a *."""
+    codes = re.findall(r"`([^`]+)`", html.escape(text, quote=False))
+    text = re.sub(r"`([^`]+)`", "\0", html.escape(text, quote=False))  # each code span set aside as a NUL
+    text = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", text)
+    text = re.sub(r"\*([^*]+)\*", r"<em>\1</em>", text)
+    text = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', text)
+    return re.sub("\0", lambda _: f"<code>{codes.pop(0)}</code>", text)
+
+
 def markdown_to_html(text):
     """The little Markdown the notes use: paragraphs, lists, `code`, **bold**, *italics*, [links](url)."""
     out = []
     for para in re.split(r"\n\s*\n", text.strip()):
         items = [line[2:] for line in para.splitlines() if line.startswith("- ")]
-        inline = lambda s: re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', re.sub(  # noqa: E731
-            r"\*([^*]+)\*", r"<em>\1</em>", re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>",
-                                                   re.sub(r"`([^`]+)`", r"<code>\1</code>",
-                                                          html.escape(s, quote=False)))))
         if items and len(items) == len(para.splitlines()):
-            out.append("<ul>" + "".join(f"<li>{inline(i)}</li>" for i in items) + "</ul>")
+            out.append("<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in items) + "</ul>")
         else:
-            out.append(f"<p>{inline(' '.join(para.splitlines()))}</p>")
+            out.append(f"<p>{inline_html(' '.join(para.splitlines()))}</p>")
     return "\n".join(out)
 
 

@@ -78,3 +78,9 @@ def test_a_stale_quote_is_detected(tmp_path, monkeypatch):
     regenerated, problems = build.regenerate_guide(broken)
     assert regenerated == guide and problems == []
 
+
+def test_notes_markdown_in_html():
+    """The notes' Markdown as CommonMark renders it: inside `code` a * is a *, and **`code`** is bold code."""
+    assert build.markdown_to_html("**`update`** takes `w_new = 1 + beta * w`, *not* `theta * w`.") == (
+        "<p><strong><code>update</code></strong> takes <code>w_new = 1 + beta * w</code>, <em>not</em> "
+        "<code>theta * w</code>.</p>")
