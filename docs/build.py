@@ -1,6 +1,6 @@
-"""Regenerate the tutorial's quoted diffs and the side-by-side pages from the current scripts.
+"""Regenerate the tutorial's quoted diffs and the pages of each pair's diff from the current scripts.
 
-    python docs/build.py            # rewrite the quoted hunks in docs/README.md and the three HTML pages
+    python docs/build.py            # rewrite the quoted hunks in docs/README.md and the pages docs/<a>_vs_<b>.md, .html
     python docs/build.py --check    # exit 1 if anything is stale (the test suite runs this)
     python docs/build.py --skeleton ppo.py ppo_ewma.py   # print empty hunk sections for a pair
 
@@ -13,9 +13,9 @@ docs/README.md quotes every hunk of the three sibling diffs between markers
     <!-- /hunk -->
     Explanation of hunk 3, in Markdown, up to the next marker or heading.
 
-The diff blocks are regenerated; the explanations are written by hand and reused, word for word, as the
-notes beside each hunk in docs/<a>_vs_<b>.html. A hunk added to or removed from a diff makes --check fail
-until the guide explains it.
+The diff blocks are regenerated; the explanations are written by hand and reused, word for word, after each
+hunk in docs/<a>_vs_<b>.md (for a code host) and beside it in docs/<a>_vs_<b>.html (for a browser). A hunk
+added to or removed from a diff makes --check fail until the guide explains it.
 """
 import argparse
 import difflib
@@ -23,6 +23,7 @@ import html
 import os
 import re
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
@@ -84,19 +85,25 @@ def regenerate_guide(guide):
     return guide, problems
 
 
+def inline_html(text):
+    """`code`, **bold**, *italics* and [links](url) in one line of a note; inside `code` a * is just a *."""
+    codes = re.findall(r"`([^`]+)`", html.escape(text, quote=False))
+    text = re.sub(r"`([^`]+)`", "\0", html.escape(text, quote=False))  # each code span set aside as a NUL
+    text = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", text)
+    text = re.sub(r"\*([^*]+)\*", r"<em>\1</em>", text)
+    text = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', text)
+    return re.sub("\0", lambda _: f"<code>{codes.pop(0)}</code>", text)
+
+
 def markdown_to_html(text):
     """The little Markdown the notes use: paragraphs, lists, `code`, **bold**, *italics*, [links](url)."""
     out = []
     for para in re.split(r"\n\s*\n", text.strip()):
         items = [line[2:] for line in para.splitlines() if line.startswith("- ")]
-        inline = lambda s: re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', re.sub(  # noqa: E731
-            r"\*([^*]+)\*", r"<em>\1</em>", re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>",
-                                                   re.sub(r"`([^`]+)`", r"<code>\1</code>",
-                                                          html.escape(s, quote=False)))))
         if items and len(items) == len(para.splitlines()):
-            out.append("<ul>" + "".join(f"<li>{inline(i)}</li>" for i in items) + "</ul>")
+            out.append("<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in items) + "</ul>")
         else:
-            out.append(f"<p>{inline(' '.join(para.splitlines()))}</p>")
+            out.append(f"<p>{inline_html(' '.join(para.splitlines()))}</p>")
     return "\n".join(out)
 
 
@@ -106,24 +113,26 @@ PAGE = """<!DOCTYPE html>
 body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
 h1 {{ font-size: 1.4em; }} .lead {{ max-width: 60em; }}
 table {{ border-collapse: collapse; width: 100%; table-layout: fixed; }}
-td {{ vertical-align: top; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px;
-  white-space: pre-wrap;
-      overflow-wrap: anywhere; padding: 0 6px; }}
-td.n {{ width: 3.2em; color: #999; text-align: right; user-select: none; }}
-tr.del td.l, td.del {{ background: #fde8e8; }} td.add {{ background: #e3f6e3; }}
+td, th {{ vertical-align: top; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px;
+  white-space: pre-wrap; overflow-wrap: anywhere; padding: 0 6px; }}
+th {{ color: #999; text-align: right; font-weight: normal; user-select: none; }}
+td.del {{ background: #fde8e8; }} td.add {{ background: #e3f6e3; }}
 tr.note td {{ font-family: system-ui, sans-serif; font-size: 14px; white-space: normal; background: #f3f6fb;
              border-top: 2px solid #9bb3d9; padding: 8px 12px; }}
 tr.note code {{ background: #e4e9f2; padding: 0 3px; }}
 details td {{ color: #666; }}
 summary {{ cursor: pointer; color: #557; font-family: system-ui, sans-serif; font-size: 13px; }}
-th {{ text-align: left; font-size: 14px; padding: 6px; background: #eee; position: sticky; top: 0; }}
+thead th {{ text-align: left; font: bold 14px system-ui, sans-serif; color: #222; padding: 6px; background: #eee;
+  position: sticky; top: 0; }}
 </style></head><body>
 <h1>{title}</h1>
 <p class="lead">{lead} Each blue note explains the hunk below it and points to the paper; the same notes are in
-<a href="README.md">the reading guide</a>. Unchanged stretches are folded: click to open them.
-Generated by <code>python docs/build.py</code> from the current scripts.</p>
+<a href="README.md">the reading guide</a> and, with the hunks, in <a href="{md}">{md}</a>. Unchanged stretches,
+the appendix among them (from the <code># APPENDIX</code> banner to the end, the same in all four scripts), are
+folded and shown once: click to open them. Generated by <code>python docs/build.py</code> from the current scripts.
+</p>
 <table><colgroup><col style="width:3.2em"><col><col style="width:3.2em"><col></colgroup>
-<tr><th></th><th>{a}</th><th></th><th>{b}</th></tr>
+<thead><tr><th></th><th>{a}</th><th></th><th>{b}</th></tr></thead>
 {rows}
 </table></body></html>
 """
@@ -132,15 +141,14 @@ LEADS = {("ppo.py", "ppo_ewma.py"): "The paper's change to PPO: the proximal pol
          ("ppo.py", "ppg.py"): "What Phasic Policy Gradient (Cobbe et al. 2020) adds to PPO: separate policy and value "
                                "networks, policy phases of N_pi iterations, and an auxiliary phase.",
          ("ppg.py", "ppg_ewma.py"): "The same change as PPO -> PPO-EWMA, applied to PPG, plus the EWMA reset at the "
-                                    "start of every policy phase (Appendix A, last paragraph)."}
+                                    "start of every policy phase (Appendix A, second-to-last paragraph)."}
 
 
 def side_by_side(a, b, notes):
     la, lb = read_lines(a), read_lines(b)
     ops = difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes()
     starts = {group[0][1]: k for k, (group, _) in enumerate(hunks(a, b), 1)}  # hunk k starts at line i of a
-    cell = lambda n, text, cls="": (f'<td class="n">{n}</td><td class="l {cls}">{html.escape(text)}</td>'  # noqa: E731
-                                    if text is not None else '<td class="n"></td><td class="l"></td>')
+    cell = lambda n, text, cls="": f"<th>{n}</th><td{cls}>{html.escape(text, quote=False)}</td>"  # noqa: E731
     rows = []
 
     def note(i):
@@ -158,27 +166,45 @@ def side_by_side(a, b, notes):
             for i, j in head:
                 note(i)
                 rows.append(f"<tr>{cell(i + 1, la[i])}{cell(j + 1, lb[j])}</tr>")
-            if mid:
-                inner = "".join(f"<tr>{cell(i + 1, la[i])}{cell(j + 1, lb[j])}</tr>" for i, j in mid)
-                rows.append(f'<tr><td colspan="4"><details><summary>{len(mid)} unchanged lines '
-                            f'({mid[0][0] + 1}-{mid[-1][0] + 1})</summary><table>'
-                            f'<colgroup><col style="width:3.2em"><col><col style="width:3.2em"><col></colgroup>'
-                            f'{inner}</table></details></td></tr>')
+            if mid:  # the same in both files, so shown once: a's and b's line numbers, then the line
+                inner = "".join(f"<tr><th>{i + 1}</th>{cell(j + 1, la[i])}</tr>" for i, j in mid)
+                rows.append(f'<tr><td colspan="4"><details><summary>{len(mid)} unchanged lines, shown once '
+                            f'({a} {mid[0][0] + 1}-{mid[-1][0] + 1}, {b} {mid[0][1] + 1}-{mid[-1][1] + 1})'
+                            f'</summary><table><colgroup><col style="width:3.2em"><col style="width:3.2em"><col>'
+                            f'</colgroup>{inner}</table></details></td></tr>')
             for i, j in tail:
                 note(i)
                 rows.append(f"<tr>{cell(i + 1, la[i])}{cell(j + 1, lb[j])}</tr>")
         else:
             note(i1)
             for t in range(max(i2 - i1, j2 - j1)):
-                left = cell(i1 + t + 1, la[i1 + t], "del") if i1 + t < i2 else cell("", None)
-                right = cell(j1 + t + 1, lb[j1 + t], "add") if j1 + t < j2 else cell("", None)
+                left = cell(i1 + t + 1, la[i1 + t], ' class="del"') if i1 + t < i2 else cell("", "")
+                right = cell(j1 + t + 1, lb[j1 + t], ' class="add"') if j1 + t < j2 else cell("", "")
                 rows.append(f"<tr>{left}{right}</tr>")
     title = f"{a} vs {b}"
-    return PAGE.format(title=title, lead=LEADS[(a, b)], a=a, b=b, rows="\n".join(rows))
+    md = os.path.basename(page_path(a, b, "md"))
+    return PAGE.format(title=title, lead=LEADS[(a, b)], md=md, a=a, b=b, rows="\n".join(rows))
 
 
-def page_path(a, b):
-    return os.path.join(DOCS, f"{a[:-3]}_vs_{b[:-3]}.html")
+MARKDOWN_LEAD = """{lead} Below is `diff {a} {b}` cut into its hunks, in file order, each followed by its explanation.
+In a hunk, `-` lines are only in `{a}`, `+` lines only in `{b}`, the others are the same in both, and the `@@` line
+gives the line numbers in each file. Every line not shown is the same in both files, the appendix among them (from
+the `APPENDIX` banner to the end, the same in all four scripts). "Section N", "Table N", "Fig. N" and "Appendix X"
+are the paper's; "§N" is a section of [the reading guide](README.md), where the same explanations are. In a
+browser, [`{html}`]({html}) shows the two files side by side. Generated by `python docs/build.py`."""
+
+
+def markdown_page(a, b, notes):
+    """The pair's diff for a code host (GitHub-flavoured Markdown): each hunk as a diff block, then its note."""
+    lead = MARKDOWN_LEAD.format(lead=LEADS[(a, b)], a=a, b=b, html=os.path.basename(page_path(a, b, "html")))
+    out = [f"# `{a}` -> `{b}`\n\n{textwrap.fill(lead, 120, break_on_hyphens=False)}\n"]
+    for k, (_, text) in enumerate(hunks(a, b), 1):
+        out.append(f"## Hunk {k}\n\n```diff\n{text}\n```\n\n{notes.get(k, '(no explanation yet)')}\n")
+    return "\n".join(out)
+
+
+def page_path(a, b, ext):
+    return os.path.join(DOCS, f"{a[:-3]}_vs_{b[:-3]}.{ext}")
 
 
 def main():
@@ -196,7 +222,8 @@ def main():
     new_guide, problems = regenerate_guide(guide)
     outputs = {GUIDE: new_guide}
     for a, b in PAIRS:
-        outputs[page_path(a, b)] = side_by_side(a, b, explanations(new_guide, a, b))
+        outputs[page_path(a, b, "md")] = markdown_page(a, b, explanations(new_guide, a, b))
+        outputs[page_path(a, b, "html")] = side_by_side(a, b, explanations(new_guide, a, b))
     stale = [path for path, text in outputs.items() if not os.path.exists(path) or open(path).read() != text]
     if args.check:
         stale = [f"stale: {os.path.relpath(path, ROOT)} (run python docs/build.py)" for path in stale]

@@ -1,5 +1,7 @@
-"""The tutorial's quoted diffs and side-by-side pages match the current scripts, and every hunk is explained."""
+"""The tutorial's quoted diffs and the pages of each pair's diff (Markdown and side-by-side HTML) match the current
+scripts, and every hunk is explained."""
 import os
+import re
 import subprocess
 import sys
 
@@ -28,12 +30,44 @@ def test_every_hunk_is_quoted_once_and_explained(a, b):
 
 @pytest.mark.parametrize("a,b", build.PAIRS)
 def test_side_by_side_page_shows_both_files_and_every_note(a, b):
-    page = open(build.page_path(a, b)).read()
+    page = open(build.page_path(a, b, "html")).read()
     notes = build.explanations(open(build.GUIDE).read(), a, b)
     assert page.count('<tr class="note">') == len(notes)
     assert "<script" not in page  # static: no JavaScript
     for k in notes:
         assert f"<strong>Hunk {k}.</strong>" in page
+
+
+@pytest.mark.parametrize("a,b", build.PAIRS)
+def test_side_by_side_page_shows_the_appendix_once_and_is_at_most_150_kb(a, b):
+    page = open(build.page_path(a, b, "html")).read()
+    assert page.count("# APPENDIX: the machinery.") == 1
+    assert os.path.getsize(build.page_path(a, b, "html")) <= 150_000
+
+
+@pytest.mark.parametrize("a,b", build.PAIRS)
+def test_markdown_page_puts_each_note_right_after_its_hunk(a, b):
+    """docs/<a>_vs_<b>.md, for a code host: each hunk as a diff block, then the guide's note for it, word for word."""
+    page = open(build.page_path(a, b, "md")).read()
+    notes = build.explanations(open(build.GUIDE).read(), a, b)
+    current = build.hunks(a, b)
+    assert page.count("```diff\n") == len(current) == len(notes)
+    for k, (_, text) in enumerate(current, 1):
+        assert f"\n## Hunk {k}\n\n```diff\n{text}\n```\n\n{notes[k]}\n" in page
+
+
+@pytest.mark.parametrize("a,b", build.PAIRS)
+def test_markdown_page_links_resolve(a, b):
+    """Every relative link goes to a file in docs/ and, with #anchor, to a heading there (GitHub's anchor rule)."""
+    slug = lambda heading: re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")  # noqa: E731
+    links = [link for link in re.findall(r"\]\(([^)]+)\)", open(build.page_path(a, b, "md")).read()) if ":" not in link]
+    assert links  # the guide and the HTML page
+    for link in links:
+        path, _, anchor = link.partition("#")
+        target = os.path.join(build.DOCS, path) if path else build.page_path(a, b, "md")
+        assert os.path.isfile(target), link
+        if anchor:
+            assert anchor in {slug(h) for h in re.findall(r"^#+ (.*)$", open(target).read(), re.M)}, link
 
 
 def test_a_stale_quote_is_detected(tmp_path, monkeypatch):
@@ -43,3 +77,10 @@ def test_a_stale_quote_is_detected(tmp_path, monkeypatch):
     assert broken != guide
     regenerated, problems = build.regenerate_guide(broken)
     assert regenerated == guide and problems == []
+
+
+def test_notes_markdown_in_html():
+    """The notes' Markdown as CommonMark renders it: inside `code` a * is a *, and **`code`** is bold code."""
+    assert build.markdown_to_html("**`update`** takes `w_new = 1 + beta * w`, *not* `theta * w`.") == (
+        "<p><strong><code>update</code></strong> takes <code>w_new = 1 + beta * w</code>, <em>not</em> "
+        "<code>theta * w</code>.</p>")
