@@ -369,7 +369,7 @@ def window_returns(runs, width):
 
 def episode_windows(path, width):
     """The mean return per window of `width` env steps of a log with a row per episode (global_step,
-    episodic_return), e.g. CleanRL's printed episodes (docs/cleanrl/): the windows of window_table."""
+    episodic_return), e.g. CleanRL's printed episodes (data/cleanrl/): the windows of window_table."""
     with open(path) as f:
         rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
     return [column_mean(window, "episodic_return") for _, _, window in step_windows(rows, width)]

@@ -1,5 +1,6 @@
 """The tutorial's quoted diffs and side-by-side pages match the current scripts, and every hunk is explained."""
 import os
+import re
 import subprocess
 import sys
 
@@ -43,3 +44,41 @@ def test_a_stale_quote_is_detected(tmp_path, monkeypatch):
     assert broken != guide
     regenerated, problems = build.regenerate_guide(broken)
     assert regenerated == guide and problems == []
+
+
+# --- Links -------------------------------------------------------------------------------------------------
+def markdown_pages():
+    """Every Markdown file of the repository (not in hidden folders or the untracked runs/)."""
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and (folder, d) != (ROOT, "runs"))
+        yield from (os.path.join(folder, f) for f in sorted(files) if f.endswith(".md"))
+
+
+def without_code(text):
+    """The Markdown outside fenced blocks and `code spans` (where [a](b) is code, not a link)."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S))
+
+
+def anchors(text):
+    """GitHub's anchor of each heading: lower case, punctuation but - and _ dropped, spaces as -, repeats numbered."""
+    seen, found = {}, set()
+    for heading in re.findall(r"^#+ +(.+?) *#*$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def test_every_relative_link_in_the_markdown_pages_resolves():
+    """Each [text](target) that is not a URL names a file or folder of the repository, and its #anchor a heading."""
+    broken = []
+    for page in markdown_pages():
+        text = open(page).read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", without_code(text)):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+            if not os.path.exists(file) or anchor and file.endswith(".md") and anchor not in anchors(open(file).read()):
+                broken.append(f"{os.path.relpath(page, ROOT)}: {target}")
+    assert broken == []

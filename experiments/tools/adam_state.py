@@ -1,6 +1,6 @@
 """How much of each network's Adam step its eps takes away, read from a run's checkpoint.
 
-    python experiments/adam_state.py runs/learning/starpilot__ppg__1__1795719881 [RUN_DIR ...]
+    python experiments/tools/adam_state.py runs/learning/starpilot__ppg__1__1795719881 [RUN_DIR ...]
 
 Adam moves a weight by lr * m_hat / (sqrt(v_hat) + eps), where sqrt(v_hat) is the running RMS of that weight's
 gradient. Where the gradients are much smaller than eps, eps, not the gradient's scale, sets the step: the weight
