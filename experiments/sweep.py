@@ -39,9 +39,11 @@ import time
 import analysis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from ppo import PROCGEN_GAMES  # noqa: E402  (the scripts' --env-id choices)
+
 SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
-PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
-                 "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
+CHECKPOINT = "checkpoint.pt"  # what the scripts write with --save-model
 DATA = os.path.join(ROOT, "data")  # what the repository keeps of runs: data/README.md
 COMMITTED = os.path.join(DATA, "runs")  # finished runs' config.json and progress.csv
 CLEANRL_RUNS = os.path.join(DATA, "cleanrl")  # CleanRL's own scripts run as controls: their episodes, a CSV per run
@@ -52,15 +54,15 @@ CLEANRL_RUNS = os.path.join(DATA, "cleanrl")  # CleanRL's own scripts run as con
 # not the value passed on the command line (num_envs is checked as num_envs * batch_divisor instead).
 ADJUSTED = {"learning_rate", "adv_ewma_decay", "beta_prox", "n_pi"}
 NOT_CHECKED = {"cuda"}  # the device does not change what a run is
-# The official code's choice wherever CleanRL's differs, and CleanRL's, the scripts' defaults since issue 36
+# The official code's choice wherever CleanRL's differs, and CleanRL's, the scripts' defaults but for PPG's weights
 # (experiments/tools/cleanrl_ablation.py measures them): the paper's figures were made with the official code's, so
 # the figure runners pass them all, and the runs mean the same whatever the defaults.
 OFFICIAL_CODE = {"minibatch_by": "env", "vf_coef": 0.5, "clip_vloss": False, "norm_reward_gamma": 0.99,
                  "max_grad_norm": 0.0, "adam_eps": 1e-8, "init": "normed"}
 CLEANRL = {"minibatch_by": "step", "vf_coef": 0.25, "clip_vloss": True, "norm_reward_gamma": 0.999,
            "max_grad_norm": 0.5, "adam_eps": 1e-5, "init": "pytorch"}
-# Flags added after some runs were made, with the value those runs had (each issue that added a flag kept the earlier
-# behaviour as its first default): a config.json without the key is read as having it.
+# Flags added after some committed runs were made, with the value those runs had (each flag's first default kept the
+# earlier behaviour): a config.json without the key is read as having it.
 ADDED = {k: OFFICIAL_CODE[k] for k in ("clip_vloss", "adam_eps", "norm_reward_gamma", "init")}
 
 
@@ -172,9 +174,6 @@ def find_finished(run, runs_dir):
 
 def is_finished(run, runs_dir):
     return find_finished(run, runs_dir) is not None
-
-
-CHECKPOINT = "checkpoint.pt"  # what the scripts write with --save-model
 
 
 def find_resumable(run, runs_dir):

@@ -12,7 +12,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = os.path.join(ROOT, "experiments")
 sys.path[:0] = [EXPERIMENTS, os.path.join(EXPERIMENTS, "tools")]  # experiments/' modules, as they import each other
-SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
+from sweep import SCRIPTS  # noqa: E402  (ppo, ppo_ewma, ppg, ppg_ewma)
 
 EWMA_SCRIPTS = ("ppo_ewma", "ppg_ewma")
 PPG_SCRIPTS = ("ppg", "ppg_ewma")

@@ -34,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # experiments/
-from sweep import ROOT, SCRIPTS  # noqa: E402
+from sweep import ROOT, SCRIPTS  # noqa: E402  (importing sweep puts ROOT, the scripts' folder, on sys.path)
 
 
 def run_script(script, options, args, workdir):
@@ -100,7 +100,6 @@ def child_main(script, argv):
     the counter slows them), train, and print the seconds of each call and the FLOPs as one JSON line after "PIECES
     "."""
     from torch.utils.flop_counter import FlopCounterMode
-    sys.path.insert(0, ROOT)
     module = importlib.import_module(script)
     times, env = {"env_s": [], "rollout_fwd_s": [], "update_s": [], "flops": {}}, [0.0]
 
@@ -181,7 +180,6 @@ def pieces_mode(args):
     import numpy as np
     import torch
     from torch.utils.flop_counter import FlopCounterMode
-    sys.path.insert(0, ROOT)
     import ppg
     import ppo
     device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
@@ -286,7 +284,6 @@ def micro_sweep_mode(args):
     the threads this process may use (pin it with taskset to measure fewer)."""
     import statistics
     import torch
-    sys.path.insert(0, ROOT)
     import ppo
     import ppo_ewma
     torch.set_num_threads(len(os.sched_getaffinity(0)))
