@@ -44,8 +44,8 @@ PROCGEN_RANGES = {
 
 # --- CleanRL's ppo_procgen.py on StarPilot (easy), for comparison ---------------------------------------------------
 # The mean episodic return per 100k env steps from 0 to 1M of CleanRL's ppo_procgen.py, unmodified (64 envs x 256
-# steps, 3 epochs x 8 minibatches, Adam 5e-4), seeds 1 and 2, as measured on a GPU and reported in this project's
-# issue 36 ("Learn as fast as CleanRL per env step"); CleanRL logs the first environment to finish on each step.
+# steps, 3 epochs x 8 minibatches, Adam 5e-4), seeds 1 and 2, run on a GPU: only these means were kept, not the runs'
+# logs. CleanRL logs the first environment to finish on each step.
 CLEANRL_STARPILOT_1M = {
     "CleanRL seed 1 (GPU)": [1.83, 2.62, 3.06, 3.49, 4.06, 4.48, 5.32, 6.04, 7.43, 8.16],
     "CleanRL seed 2 (GPU)": [1.82, 2.57, 2.97, 3.22, 3.45, 4.67, 5.55, 6.98, 7.56, 9.01],
@@ -103,21 +103,24 @@ def load_runs(paths):
     return [load_run(d) for d in find_run_dirs([paths] if isinstance(paths, str) else paths)]
 
 
-# The first iteration after each --resume of a committed run, by run folder, from the runs' logs (docs/results.md for
-# the first two): Procgen's levels cannot be restored, so its episodes start afresh (shorter, lower returns).
+# Committed runs resumed from a checkpoint that did not hold the games' state, and the first iteration after each such
+# resume (from the runs' logs): its episodes started afresh on new levels (shorter, lower returns), so window means and
+# curves leave it out. The scripts' checkpoints hold every game's state (ProcgenVecEnv.state_dict): a run resumed from
+# one goes on in the same episodes, row for row the run that never stopped, and needs no entry here.
 RESUMED = {"starpilot__ppo__1__1795462513": (61,), "starpilot__ppo_ewma__1__1795462513": (41,),
            "starpilot__ablation__ppo__official__2__1795602317": (31,),
            "starpilot__ablation__ppo__init__2__1795622034": (41,),
            "starpilot__ppo_ewma__1__1795635128": (26,),  # stopped (SIGTERM) after iteration 25, resumed
            "starpilot__ablation__ppo__mb+vf+init__5__1795658514": (14,),  # SIGTERM after iteration 13, resumed
-           # the Fig. 2 runs resumed after a restart (found by issue 51 from their logs and rows)
+           # the Fig. 2 runs resumed after a restart (found from their logs and rows)
            "starpilot__fig2__ppo_ewma__div4__1__1795523607": (81,),
            "starpilot__fig2__ppo_ewma__div16__no-lr__1__1795523605": (331,),
            "starpilot__fig2__ppo_ewma__div16__no-prox__1__1795523607": (321,)}
 
 
 def without_resumed(run):
-    """The run without the first iteration after each of its resumes (RESUMED), for window means and curves."""
+    """The run without the first iteration after each resume listed in RESUMED (one from a checkpoint without the
+    games' state, whose episodes started afresh), for window means and curves."""
     skip = RESUMED.get(os.path.basename(os.path.normpath(run["dir"])), ())
     return {**run, "rows": [row for row in run["rows"] if row["iteration"] not in skip]}
 
@@ -375,15 +378,15 @@ def window_returns(runs, width):
 
 def episode_windows(path, width):
     """The mean return per window of `width` env steps of a log with a row per episode (global_step,
-    episodic_return), e.g. CleanRL's printed episodes (docs/cleanrl/): the windows of window_table."""
+    episodic_return), e.g. CleanRL's printed episodes (data/cleanrl/): the windows of window_table."""
     with open(path) as f:
         rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
     return [column_mean(window, "episodic_return") for _, _, window in step_windows(rows, width)]
 
 
 def cleanrl_references(control, width=100_000):
-    """CleanRL's mean return per window on StarPilot: the GPU runs of issue 36 (CLEANRL_STARPILOT_1M, 100k windows
-    only), then each run of its script on this machine in the folder `control` (seed<N>_episodes.csv)."""
+    """CleanRL's mean return per window on StarPilot: its two GPU runs (CLEANRL_STARPILOT_1M, 100k windows only),
+    then each run of its script on this machine in the folder `control` (seed<N>_episodes.csv)."""
     logs = sorted(f for f in os.listdir(control) if f.endswith("_episodes.csv")) if os.path.isdir(control) else []
     return {**(CLEANRL_STARPILOT_1M if width == 100_000 else {}), **{f"CleanRL seed {f[4:-13]} (this CPU)":
             episode_windows(os.path.join(control, f), width) for f in logs}}

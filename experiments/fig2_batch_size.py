@@ -35,13 +35,13 @@ seed 1, 1M env steps, the scripts' default 64 envs x 256 steps and 8 minibatches
 16 and 4 envs) with all adjustments, and at C = 16 the three ablations: 6 runs with --save-model, 2 at a
 time (one core each on the 2-core dev machine), into runs/fig2_cpu: 71 min (C = 1) to 90 min (C = 16)
 per run there, about 4.5 hours in all (the printed estimate says how it was made). Each run, as soon as
-it finishes, has its config.json and progress.csv copied to docs/runs/<run folder>/ (--committed); runs
+it finishes, has its config.json and progress.csv copied to data/runs/<run folder>/ (--committed); runs
 finished there are skipped and an interrupted run goes on from its checkpoint, so the same command
 continues the sweep in a later session; `--seeds 2 --divisors 1 16 --variants all` adds a second seed of
-C = 1 and C = 16. Output, drawn from docs/runs alone: docs/figures/fig2_cpu.png ((a) return against env
+C = 1 and C = 16. Output, drawn from data/runs alone: docs/figures/fig2_cpu.png ((a) return against env
 steps at C = 1, 4, 16; (b) C = 16 with each ablation, against C = 16 and C = 1; every curve smoothed over
 --smooth-steps env steps), printed beside it the mean return per --smooth-steps window of each run, and
-docs/figures/fig2_cpu_diagnostics.csv, also printed as Markdown: per run the adjusted learning_rate, beta_prox
+data/fig2_cpu_diagnostics.csv (--summary-dir), also printed as Markdown: per run the adjusted learning_rate, beta_prox
 and adv_ewma_decay, mean clipfrac and approx_kl over the run and over its last 10% of env steps, the return
 over its first 100k and its last 10% of env steps (with the standard error of that mean over its
 iterations), the largest max/min of the advantage normalisation's std within 100k env steps (the paper
@@ -79,7 +79,7 @@ QUICK = {"envs": ["starpilot"], "seeds": [1, 2], "total_timesteps": 12_288, "dis
 CPU = {"script": "ppo_ewma", "envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000,
        "distribution_mode": "easy", "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "divisors": [1, 4, 16],
        "variants": ["all", *ABLATIONS], "parallel": 2, "save_model": True, "smooth_steps": 100_000,
-       "committed": os.path.join(sweep.ROOT, "docs", "runs"), "out_dir": os.path.join(sweep.ROOT, "docs", "figures"),
+       "committed": sweep.COMMITTED, "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
        # Measured here at this configuration, one core each, two runs side by side: C = 1 took 4,277 s for 1,015,808
        # steps (237 steps/s), C = 16 5,428 s for 1,000,448 (184 steps/s, 1.3x the time per step; cpu_seconds
        # assumes 1.4x at C = 16).
@@ -244,8 +244,8 @@ def shown_runs(args):
 def make_cpu_figure(loaded, rows, args, out):
     """(a) the return against env steps at every C, all adjustments; (b) at the largest C each ablation,
     against all adjustments at that C and at C = 1. Every curve is smoothed over the same env steps. Raw
-    episodic return: one game, and the diagnostics table is in the same unit. The first iteration after a resume
-    (analysis.RESUMED) plays fresh levels: left out, as in every table."""
+    episodic return: one game, and the diagnostics table is in the same unit. In the runs of analysis.RESUMED the
+    first iteration after the resume played fresh levels: left out, as in every table."""
     loaded = [analysis.without_resumed(r) for r in loaded]
     divisors, window = sorted({r["tags"]["divisor"] for r in loaded}), args.smooth_steps
     largest, seeds = divisors[-1], sorted({r["config"]["seed"] for r in loaded})  # the seeds drawn, not asked for

@@ -56,7 +56,7 @@ UNTUNED = ("heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "st
 CPU = {"algorithms": ["ppo", "ppo_ewma"], "envs": ["starpilot"], "candidates": list(UNTUNED[:-1]), "pick": 2,
        "pilot_iterations": 16, "score_iterations": 3, "seeds": [1, 2], "total_timesteps": 1_000_000,
        "distribution_mode": "easy", "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "defaults": True,
-       "save_model": True, "committed": os.path.join(sweep.ROOT, "data", "runs"),
+       "save_model": True, "committed": sweep.COMMITTED,
        "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
        "estimate_note": "from ppo.py's pilots and ppo_ewma.py's README runs, one at a time on 2 cores (AMD EPYC, Zen 4)"}
 TINY_CPU = {"envs": [], "candidates": ["maze", "heist"], "pick": 1, "pilot_iterations": 2, "score_iterations": 1}

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import analysis  # noqa: E402
+import figures  # noqa: E402
 
 PANELS = (("global_step", "env steps"), ("time_s", "wall-clock time (s)"))
 
@@ -56,25 +57,20 @@ def plot_runs(runs, out, normalize=False, smooth_k=1, spread="std", title=None):
         label = f"{exp_name} ({env_id})" if several_envs else exp_name
         label += f", {len(members)} seed{'s' if len(members) > 1 else ''}"
         for ax, (x, _) in zip(axes, PANELS):
-            drew = draw_group(ax, members, x, "episodic_return", colour, label, smooth_k, normalize, spread)
+            shown = label if ax is axes[0] else f"_{label}"  # one legend, on the first panel ("_": left out)
+            drew = draw_group(ax, members, x, "episodic_return", colour, shown, smooth_k, normalize, spread)
             if drew and ax is axes[0]:
                 drawn.append(label)
             if any("eval_return" in r["columns"] for r in members):
-                if draw_group(ax, members, x, "eval_return", colour, f"{label}: eval", smooth_k, normalize, spread,
+                if draw_group(ax, members, x, "eval_return", colour, f"{shown}: eval", smooth_k, normalize, spread,
                               "--") and ax is axes[0]:
                     drawn.append(f"{label}: eval")
     ylabel = "normalised return" if normalize else "episodic return"
     for ax, (_, xlabel) in zip(axes, PANELS):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel + (f" (smoothed over {smooth_k} iterations)" if smooth_k > 1 else ""))
-        ax.grid(alpha=0.3)
-    if drawn:
-        axes[0].legend(fontsize="small")
     fig.suptitle(title or f"mean over seeds, shaded: {'min-max' if spread == 'minmax' else '+- 1 std'}")
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    figures.save_figure(fig, out)
     return drawn
 
 

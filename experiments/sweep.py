@@ -18,7 +18,7 @@ started again, so an interrupted sweep is continued by running the same command 
 with --save-model that stopped half-way (its folder has a checkpoint.pt) goes on from its checkpoint,
 `<script>.py --resume <folder>`, instead of starting again from scratch.
 
-With --committed DIR (a preset may set it, e.g. docs/runs), each run's config.json and progress.csv
+With --committed DIR (a preset may set it, e.g. data/runs), each run's config.json and progress.csv
 (never its checkpoint or videos) are copied to DIR/<run folder name>/ as soon as it finishes; runs
 finished there are skipped, and the figure is drawn from there alone, so the same command continues
 a sweep in a fresh checkout whose runs/ folder is empty.
@@ -39,9 +39,14 @@ import time
 import analysis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from ppo import PROCGEN_GAMES  # noqa: E402  (the scripts' --env-id choices)
+
 SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
-PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
-                 "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
+CHECKPOINT = "checkpoint.pt"  # what the scripts write with --save-model
+DATA = os.path.join(ROOT, "data")  # what the repository keeps of runs: data/README.md
+COMMITTED = os.path.join(DATA, "runs")  # finished runs' config.json and progress.csv
+CLEANRL_RUNS = os.path.join(DATA, "cleanrl")  # CleanRL's own scripts run as controls: their episodes, a CSV per run
 
 
 # --- One run of a training script ----------------------------------------------------------------------
@@ -49,9 +54,9 @@ PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coin
 # not the value passed on the command line (num_envs is checked as num_envs * batch_divisor instead).
 ADJUSTED = {"learning_rate", "adv_ewma_decay", "beta_prox", "n_pi"}
 NOT_CHECKED = {"cuda"}  # the device does not change what a run is
-# The official code's choice wherever CleanRL's differs, and CleanRL's, the scripts' defaults since issue 36
-# (experiments/cleanrl_ablation.py measures them): the paper's figures were made with the official code's, so the
-# figure runners pass them all, and the runs mean the same whatever the defaults.
+# The official code's choice wherever CleanRL's differs, and CleanRL's, the scripts' defaults but for PPG's weights
+# (experiments/tools/cleanrl_ablation.py measures them): the paper's figures were made with the official code's, so
+# the figure runners pass them all, and the runs mean the same whatever the defaults.
 OFFICIAL_CODE = {"minibatch_by": "env", "vf_coef": 0.5, "clip_vloss": False, "norm_reward_gamma": 0.99,
                  "max_grad_norm": 0.0, "adam_eps": 1e-8, "init": "normed"}
 CLEANRL = {"minibatch_by": "step", "vf_coef": 0.25, "clip_vloss": True, "norm_reward_gamma": 0.999,
@@ -61,7 +66,7 @@ CLEANRL = {"minibatch_by": "step", "vf_coef": 0.25, "clip_vloss": True, "norm_re
 # values is not taken for one of its runs.
 DEFAULTS = {script: CLEANRL | ({"init": "normed"} if script.startswith("ppg") else {}) for script in SCRIPTS}
 # The README's runs: StarPilot (easy), 1M env steps, the defaults, these seeds and --exp-name (ppo.py's were made by
-# experiments/cleanrl_ablation.py with all four groups at CleanRL's choice, the same command but for the name).
+# experiments/tools/cleanrl_ablation.py with all four groups at CleanRL's choice, the same command but for the name).
 README_EXP_NAMES = {"ppo": "ablation__ppo__mb+vf+gc+init", "ppo_ewma": "ppo_ewma", "ppg": "ppg_init_normed",
                     "ppg_ewma": "ppg_ewma"}
 README_SEEDS = {"ppo": (1, 2), "ppo_ewma": (1, 2), "ppg": (1,), "ppg_ewma": (1,)}  # PPG: 4.5x PPO's time per env step
@@ -72,8 +77,8 @@ def readme_runs(total_timesteps=1_000_000, scripts=SCRIPTS):
                 {"save_model": True, **DEFAULTS[script]}) for script in scripts for seed in README_SEEDS[script]]
 
 
-# Flags added after some runs were made, with the value those runs had (each issue that added a flag kept the earlier
-# behaviour as its first default): a config.json without the key is read as having it.
+# Flags added after some committed runs were made, with the value those runs had (each flag's first default kept the
+# earlier behaviour): a config.json without the key is read as having it.
 ADDED = {k: OFFICIAL_CODE[k] for k in ("clip_vloss", "adam_eps", "norm_reward_gamma", "init")}
 
 
@@ -185,9 +190,6 @@ def find_finished(run, runs_dir):
 
 def is_finished(run, runs_dir):
     return find_finished(run, runs_dir) is not None
-
-
-CHECKPOINT = "checkpoint.pt"  # what the scripts write with --save-model
 
 
 def find_resumable(run, runs_dir):
@@ -325,7 +327,7 @@ def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=pri
 CPU_SPS_PER_CORE = {"ppo": 130, "ppo_ewma": 90, "ppg": 30, "ppg_ewma": 28}
 TINY = {"envs": ["starpilot"], "seeds": [1], "distribution_mode": "easy", "num_envs": 4, "num_steps": 32,
         "num_minibatches": 2, "total_timesteps": 512, "n_pi": 2, "e_aux": 1, "parallel": 2, "no_cuda": True,
-        "committed": None, "out_dir": None}  # tiny runs never land in docs/, whatever preset they shrink
+        "committed": None, "out_dir": None, "summary_dir": None}  # tiny runs never land in data/ or docs/
 
 
 def sweep_parser(description, epilog=""):
@@ -344,6 +346,7 @@ def sweep_parser(description, epilog=""):
     a("--cores-per-run", type=int, help="CPU cores each run is pinned to (default: all cores / --parallel)")
     a("--runs-dir", help="where the run folders go; the figure and summary CSV too, unless --out-dir")
     a("--out-dir", help="where the figure and summary CSV go (default: --runs-dir)")
+    a("--summary-dir", help="where the summary CSV goes (default: --out-dir)")
     a("--save-model", action="store_true", default=None,
       help="pass --save-model: runs checkpoint, and a run that stopped half-way goes on from its checkpoint")
     a("--committed", metavar="DIR", help="copy each finished run's config.json and progress.csv to DIR/<run folder>/, "
@@ -449,7 +452,8 @@ def run_sweep(args, runs, shown=None):
 
 
 def sweep_main(args, runs, tag_names, summary_name, figure_name, make_figure, summarize=None, shown=None):
-    """The runners' main(): train, then write the summary CSV and the figure into --out-dir (or --runs-dir).
+    """The runners' main(): train, then write the figure into --out-dir (or --runs-dir) and the summary CSV into
+    --summary-dir (or the figure's folder).
 
     The figure and CSV show the finished runs among `shown` (default: `runs`, those trained).
     summarize(loaded, args) gives the CSV's rows (default: analysis.summary_rows by tag_names), which
@@ -460,12 +464,12 @@ def sweep_main(args, runs, tag_names, summary_name, figure_name, make_figure, su
         return None
     rows = summarize(loaded, args) if summarize else analysis.summary_rows(loaded, tag_names, args.final_frac)
     out_dir = args.out_dir or args.runs_dir
-    summary, figure = os.path.join(out_dir, summary_name), os.path.join(out_dir, figure_name)
+    summary, figure = os.path.join(args.summary_dir or out_dir, summary_name), os.path.join(out_dir, figure_name)
     if rows:
         analysis.write_csv(summary, rows)
         make_figure(loaded, rows, args, figure)
         print(f"figure {figure}\nsummary {summary}")
-    else:  # nothing written: an empty summary would replace a good one (--out-dir may be docs/figures)
+    else:  # nothing written: an empty summary would replace a good one (--summary-dir may be data/)
         print(f"no finished runs in {args.committed or args.runs_dir}: no summary, no figure")
     if args.failed:
         sys.exit(f"{len(args.failed)} run(s) failed; see {os.path.join(args.runs_dir, 'logs')}")

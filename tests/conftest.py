@@ -10,7 +10,10 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
+EXPERIMENTS = os.path.join(ROOT, "experiments")
+sys.path[:0] = [EXPERIMENTS, os.path.join(EXPERIMENTS, "tools")]  # experiments/' modules, as they import each other
+from sweep import SCRIPTS  # noqa: E402  (ppo, ppo_ewma, ppg, ppg_ewma)
+
 EWMA_SCRIPTS = ("ppo_ewma", "ppg_ewma")
 PPG_SCRIPTS = ("ppg", "ppg_ewma")
 # A run of a second or two: 4 envs x 16 steps (BATCH env steps an iteration), 2 minibatches of 32; PPG phases of 2

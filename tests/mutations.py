@@ -14,8 +14,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ("ppo.py", "ppo_ewma.py", "ppg.py", "ppg_ewma.py")
+from conftest import ROOT, SCRIPTS as NAMES
+
+SCRIPTS = tuple(f"{name}.py" for name in NAMES)
 
 # (name, the line as it is, the line mutated, the test files that should catch it)
 MUTATIONS = [

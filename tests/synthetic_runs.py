@@ -1,24 +1,20 @@
 """Shared by test_experiments.py and test_committed_runs.py: the experiments/ modules, imported as the runners
 import them, and run folders written by hand (config.json + progress.csv, as the scripts write them)."""
 import csv
+import importlib
 import json
 import os
 
-from conftest import ROOT, load
-
-EXPERIMENTS = os.path.join(ROOT, "experiments")
+import conftest  # noqa: F401  (puts experiments/ and experiments/tools/ on sys.path)
+import analysis
+import figures
+import sweep
 
 
 def load_experiment(name):
-    """experiments/<name>.py, imported under its own name (the runners `import sweep` etc. too)."""
-    return load(name, EXPERIMENTS)
-
-
-# The shared modules, analysis first: figures and sweep import it by name, and experiments/ is not on
-# sys.path until a runner puts it there.
-analysis = load_experiment("analysis")
-figures = load_experiment("figures")
-sweep = load_experiment("sweep")
+    """experiments/<name>.py or experiments/tools/<name>.py, imported under its own name (as they import each
+    other: `import sweep`)."""
+    return importlib.import_module(name)
 
 
 def write_run(parent, env_id, exp_name, seed, returns, batch=128, mode="easy", extra=None, config=None,

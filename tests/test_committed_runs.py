@@ -1,4 +1,4 @@
-"""docs/runs/: every committed run is complete and is still what today's script would run with the same command
+"""data/runs/: every committed run is complete and is still what today's script would run with the same command
 line, and the figure commands draw from the committed runs; the learning-curve command (experiments/
 learning_curve.py) on synthetic run folders, its tables checked by hand."""
 import csv
@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, load
 from synthetic_runs import analysis, figures, has, load_experiment, sweep, write_run
 
-COMMITTED = os.path.join(ROOT, "docs", "runs")
+COMMITTED = sweep.COMMITTED
 learning_curve = load_experiment("learning_curve")
 batch_size = load_experiment("fig2_batch_size")
 ablation = load_experiment("cleanrl_ablation")
@@ -37,7 +37,7 @@ CUT_RUNS = os.path.join(COMMITTED, "cut")  # CPU runs stopped for good before th
 
 
 def committed_folders(parent=COMMITTED):
-    """Every folder in docs/runs but gpu/ and cut/ (each must be a complete run; there may be none yet)."""
+    """Every folder in data/runs but gpu/ and cut/ (each must be a complete run; there may be none yet)."""
     found = [os.path.join(parent, d) for d in os.listdir(parent) if d not in ("gpu", "cut")] \
         if os.path.isdir(parent) else []
     return sorted(d for d in found if os.path.isdir(d))
@@ -146,7 +146,7 @@ def test_every_committed_run_is_complete_and_what_todays_script_would_run(capsys
 
 
 def test_every_gpu_or_cut_run_is_todays_script_with_every_row_up_to_its_stop(capsys):
-    """docs/runs/gpu: runs on a lent GPU, most stopped before their total_timesteps; docs/runs/cut: CPU runs stopped
+    """data/runs/gpu: runs on a lent GPU, most stopped before their total_timesteps; data/runs/cut: CPU runs stopped
     for good before theirs. Each ran on its folder's device, is what today's script runs with its name and seed (a
     probe's own options from its command in docs/results.md), and has a row for every iteration from 1 to its stop."""
     for run_dir in committed_folders(GPU_RUNS) + committed_folders(CUT_RUNS):
@@ -229,7 +229,7 @@ def test_figure_commands_draw_the_committed_runs(tmp_path, capsys):
     fig2_runs = [d for d in committed_folders() if os.path.basename(d).split("__")[1:2] == ["fig2"]]
     if fig2_runs:
         figure, summary = batch_size.main(["--cpu", "--plot-only", "--runs-dir", str(tmp_path / "runs"),
-                                           "--out-dir", str(tmp_path)])
+                                           "--out-dir", str(tmp_path), "--summary-dir", str(tmp_path)])
         assert os.path.getsize(figure) > 0
         assert sorted(row["run"] for row in csv.DictReader(open(summary))) == sorted(map(os.path.basename, fig2_runs))
 
@@ -246,22 +246,23 @@ def markdown_tables(text):
 
 
 def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed_data(tmp_path, capsys):
-    """Every `python experiments/...` command in docs/results.md that prints tables from docs/runs (not one that
+    """Every `python experiments/...` command in docs/results.md that prints tables from data/runs (not one that
     trains) prints, run now, tables that results.md shows verbatim; and the README's speed table is one of them."""
     results = open(os.path.join(ROOT, "docs", "results.md")).read()
-    commands = re.findall(r"^python (experiments/(?:learning_curve|cleanrl_ablation|fig2_batch_size)\.py"
+    commands = re.findall(r"^python (experiments/(?:tools/)?(?:learning_curve|cleanrl_ablation|fig2_batch_size)\.py"
                           r"(?:[^\n]*\\\n)*[^\n]*)", results, re.M)
     printed = []
     for command in commands:
         argv = shlex.split(command.replace("\\\n", " ").split("#")[0])
         if {"--train", "--stage"} & set(argv) or ("--cpu" in argv and "--plot-only" not in argv):
             continue
-        argv = [os.path.join(ROOT, a) if a.startswith("docs/") else a for a in argv[1:]]
+        argv = [os.path.join(ROOT, a) if a.startswith(("data/", "docs/")) else a for a in argv[1:]]
         argv = [a for i, a in enumerate(argv) if "-o" not in argv[i - 1:i + 1]]  # no -o FILE: ours in tmp_path
         runner = {"learning_curve": learning_curve, "cleanrl_ablation": ablation, "fig2_batch_size": batch_size}[
             os.path.basename(command.split()[0])[:-3]]
         runner.main(argv + {learning_curve: ["-o", str(tmp_path / "figure.png")], ablation: [],
-                            batch_size: ["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path)]}[runner])
+                            batch_size: ["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path),
+                                         "--summary-dir", str(tmp_path)]}[runner])
         tables = markdown_tables(capsys.readouterr().out)
         missing = [t.splitlines()[0] for t in tables if t not in results]
         assert tables and not missing, f"python {command}: printed, not in docs/results.md: {missing}"
@@ -299,7 +300,7 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
               config={"script": "ppo.py", **today, "total_timesteps": 600_000})
     write_run(runs, "starpilot", ppo, 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today, "adam_eps": 1})
     write_run(runs, "bigfish", ppo, 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today})
-    monkeypatch.setattr(learning_curve, "RUNS", str(runs))
+    monkeypatch.setattr(sweep, "COMMITTED", str(runs))
     drawn, save = {}, figures.save_figure
 
     def record(fig, out):
@@ -347,7 +348,7 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit) as exit_info:  # --train trains the README's runs, not folders given
         learning_curve.main(["--train", str(runs), "-o", out])
     assert exit_info.value.code == 2 and "give no RUN_DIR" in capsys.readouterr().err
-    # --train: the README's runs, at today's defaults named on their command lines, committed to docs/runs
+    # --train: the README's runs, at today's defaults named on their command lines, committed to data/runs
     trained = []
     monkeypatch.setattr(sweep, "run_all", lambda runs, runs_dir, committed: trained.append((runs, committed)) or [])
     learning_curve.main(["--train", "--total-timesteps", "300000", "-o", out])
@@ -369,7 +370,7 @@ def test_learning_curve_shows_ppgs_aux_phases_and_cleanrls_ppg(tmp_path, capsys,
     learning_curve.main([write_run(tmp_path, "starpilot", "ppo", 1, [1], config={"script": "ppo.py"}),
                          "-o", str(tmp_path / "curve.png")])
     assert "aux" not in capsys.readouterr().out  # no PPG run: no aux table
-    # CleanRL's PPG beside the README's runs: each episode log in docs/cleanrl/ppg, named by seed and machine
+    # CleanRL's PPG beside the README's runs: each episode log in data/cleanrl/ppg, named by seed and machine
     control = tmp_path / "ppg"
     control.mkdir()
     (control / "ppg_procgen_seed1_gpu_episodes.csv").write_text("global_step,episodic_return\n1000,4\n99000,6\n"
@@ -377,7 +378,7 @@ def test_learning_curve_shows_ppgs_aux_phases_and_cleanrls_ppg(tmp_path, capsys,
     (control / "ppg_procgen_seed2_cpu_episodes.csv").write_text("global_step,episodic_return\n5000,1\n1048576,3\n")
     (control / "ppg_procgen_seed3_gpu_episodes.csv").write_text("global_step,episodic_return\n5000,1\n999999,3\n")
     (control / "ppg_procgen_seed1_gpu_iterations.csv").write_text("global_step,aux_kl_loss\n1000,0.1\n")
-    monkeypatch.setattr(learning_curve, "CONTROL_PPG", str(control))
+    monkeypatch.setattr(learning_curve, "CLEANRL_PPG", str(control))
     got = learning_curve.cleanrl_ppg(100_000)  # seed 3 stopped short of 1M: left out (docs/results.md has those)
     assert list(got) == ["CleanRL PPG seed 1 (GPU)", "CleanRL PPG seed 2 (this CPU)"]
     assert [got[label][::10] for label in got] == [[5.0, 2.0], [1.0, 3.0]]  # (0, 100k] and (1M, 1.1M]
@@ -391,8 +392,8 @@ def test_learning_curve_leaves_out_the_first_iteration_after_a_resume(tmp_path, 
 
 
 def test_git_keeps_a_committed_runs_files_and_leaves_out_its_checkpoint():
-    """docs/runs/<run>/config.json and progress.csv can be committed; a checkpoint copied there by mistake cannot."""
-    run = os.path.join("docs", "runs", "starpilot__ppo__1__1")
-    paths = [os.path.join(run, name) for name in ("config.json", "progress.csv", "checkpoint.pt")]
+    """data/runs/<run>/config.json and progress.csv can be committed; a checkpoint copied there by mistake cannot."""
+    run = os.path.join(os.path.relpath(sweep.COMMITTED, ROOT), "starpilot__ppo__1__1")
+    paths = [os.path.join(run, name) for name in ("config.json", "progress.csv", sweep.CHECKPOINT)]
     ignored = subprocess.run(["git", "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True).stdout.split()
     assert ignored == [paths[2]]

@@ -56,20 +56,6 @@ def test_markdown_page_puts_each_note_right_after_its_hunk(a, b):
         assert f"\n## Hunk {k}\n\n```diff\n{text}\n```\n\n{notes[k]}\n" in page
 
 
-@pytest.mark.parametrize("a,b", build.PAIRS)
-def test_markdown_page_links_resolve(a, b):
-    """Every relative link goes to a file in docs/ and, with #anchor, to a heading there (GitHub's anchor rule)."""
-    slug = lambda heading: re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")  # noqa: E731
-    links = [link for link in re.findall(r"\]\(([^)]+)\)", open(build.page_path(a, b, "md")).read()) if ":" not in link]
-    assert links  # the guide and the HTML page
-    for link in links:
-        path, _, anchor = link.partition("#")
-        target = os.path.join(build.DOCS, path) if path else build.page_path(a, b, "md")
-        assert os.path.isfile(target), link
-        if anchor:
-            assert anchor in {slug(h) for h in re.findall(r"^#+ (.*)$", open(target).read(), re.M)}, link
-
-
 def test_a_stale_quote_is_detected(tmp_path, monkeypatch):
     """Change one quoted line in a copy of the guide: regeneration restores it."""
     guide = open(build.GUIDE).read()
@@ -84,3 +70,41 @@ def test_notes_markdown_in_html():
     assert build.markdown_to_html("**`update`** takes `w_new = 1 + beta * w`, *not* `theta * w`.") == (
         "<p><strong><code>update</code></strong> takes <code>w_new = 1 + beta * w</code>, <em>not</em> "
         "<code>theta * w</code>.</p>")
+
+
+# --- Links -------------------------------------------------------------------------------------------------
+def markdown_pages():
+    """Every Markdown file of the repository (not in hidden folders or the untracked runs/)."""
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and (folder, d) != (ROOT, "runs"))
+        yield from (os.path.join(folder, f) for f in sorted(files) if f.endswith(".md"))
+
+
+def without_code(text):
+    """The Markdown outside fenced blocks and `code spans` (where [a](b) is code, not a link)."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S))
+
+
+def anchors(text):
+    """GitHub's anchor of each heading: lower case, punctuation but - and _ dropped, spaces as -, repeats numbered."""
+    seen, found = {}, set()
+    for heading in re.findall(r"^#+ +(.+?) *#*$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def test_every_relative_link_in_the_markdown_pages_resolves():
+    """Each [text](target) that is not a URL names a file or folder of the repository, and its #anchor a heading."""
+    broken = []
+    for page in markdown_pages():
+        text = open(page).read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", without_code(text)):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+            if not os.path.exists(file) or anchor and file.endswith(".md") and anchor not in anchors(open(file).read()):
+                broken.append(f"{os.path.relpath(page, ROOT)}: {target}")
+    assert broken == []

@@ -191,7 +191,7 @@ def test_adam_state_reads_each_parts_gradient_rms_and_the_step_eps_leaves_by_han
         optimizer.step()
     run_dir = tmp_path / "starpilot__ppg__1__1"
     run_dir.mkdir()
-    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict()}, run_dir / "checkpoint.pt")
+    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict()}, run_dir / sweep.CHECKPOINT)
     adam_state.main([str(run_dir)])
     out = capsys.readouterr().out
     assert "starpilot__ppg__1__1, optimizer (eps 1e-05, 2 steps)" in out
@@ -266,7 +266,9 @@ def test_cpu_preset_plans_six_ppo_ewma_runs_at_the_scripts_defaults_and_the_offi
     batch_size, ppo_ewma = load_experiment("fig2_batch_size"), load("ppo_ewma")
     args = batch_size.parse_args(["--cpu"])
     assert (args.runs_dir, args.parallel, args.save_model, args.smooth_steps) == ("runs/fig2_cpu", 2, True, 100_000)
-    assert (args.committed, args.out_dir) == (os.path.join(ROOT, "docs", "runs"), os.path.join(ROOT, "docs", "figures"))
+    assert (args.committed, args.out_dir, args.summary_dir) == (os.path.join(ROOT, "data", "runs"),
+                                                                os.path.join(ROOT, "docs", "figures"),
+                                                                os.path.join(ROOT, "data"))
     runs = sweep.unique_runs(batch_size.build_runs(args))
     assert len(runs) == 6
     assert {(r.options["batch_divisor"], tuple(r.options.get("no_adjust", []))) for r in runs} == CPU_RUNS
@@ -314,7 +316,7 @@ def test_cpu_sweep_skips_committed_runs_and_commits_finished_ones(tmp_path, caps
     at_1, at_4 = runs["fig2__ppo_ewma__div1"], runs["fig2__ppo_ewma__div4"]
     write_run(committed, "starpilot", at_1.exp_name, 1, [1.0, 2.0], batch=256, config=recorded_config(at_1))
     done = write_run(runs_dir, "starpilot", at_4.exp_name, 1, [1.0, 2.0], batch=256, config=recorded_config(at_4))
-    for name in ("checkpoint.pt", "videos"):  # never committed
+    for name in (sweep.CHECKPOINT, "videos"):  # never committed
         open(os.path.join(done, name), "w").close()
     log = []
     assert sweep.run_all([at_1, at_4], str(runs_dir), committed=str(committed), log=log.append) == []
@@ -366,7 +368,7 @@ def test_cleanrl_ablation_runs_pass_every_group_and_its_table_drops_a_resumed_it
     (control / "seed1_episodes.csv").write_text("global_step,episodic_return\n90000,5.0\n110000,7.0\n")
     (control / "seed1_iterations.csv").write_text("global_step,clipfrac\n16384,0.0\n")  # not a column
     monkeypatch.setattr(analysis, "RESUMED", {os.path.basename(run_dir): (2,)})
-    monkeypatch.setattr(ablation, "CONTROL", str(control))
+    monkeypatch.setattr(sweep, "CLEANRL_RUNS", str(control))
     monkeypatch.setattr(analysis, "CLEANRL_STARPILOT_1M", {"GPU": [0.5, 1.5, 2.5]})
     lines = ablation.tables([run], width=100_000).splitlines()
     assert lines[2:6] == ["| env steps | mb+gc seed 1 | GPU | CleanRL seed 1 (this CPU) |", "|---|---|---|---|",
@@ -376,7 +378,7 @@ def test_cleanrl_ablation_runs_pass_every_group_and_its_table_drops_a_resumed_it
 
 def test_cleanrl_ablation_dry_run_says_what_is_left(tmp_path, monkeypatch, capsys):
     ablation = load_experiment("cleanrl_ablation")
-    monkeypatch.setattr(ablation, "COMMITTED", str(tmp_path / "committed"))  # nothing committed
+    monkeypatch.setattr(sweep, "COMMITTED", str(tmp_path / "committed"))  # nothing committed
     todo = ablation.main(["--stage", "5", "--dry-run", "--runs-dir", str(tmp_path / "runs")])
     out = capsys.readouterr().out.splitlines()
     assert len(todo) == 3 and out[0].startswith("3 runs planned, 3 still to train") and len(out) == 4
@@ -459,7 +461,7 @@ def test_cpu_preset_end_to_end_commits_resumes_and_skips(tmp_path, capsys):
     folders = sorted(os.listdir(committed))
     assert len(folders) == 2
     assert all(sorted(os.listdir(committed / f)) == ["config.json", "progress.csv"] for f in folders)
-    assert all(os.path.isfile(runs_dir / f / "checkpoint.pt") for f in folders)  # checkpoints stay in runs_dir
+    assert all(os.path.isfile(runs_dir / f / sweep.CHECKPOINT) for f in folders)  # checkpoints stay in runs_dir
     rows = list(csv.DictReader(open(summary)))
     assert os.path.basename(summary) == "fig2_cpu_diagnostics.csv" and os.path.getsize(figure) > 0
     assert [(r["variant"], r["C"], r["envs"], r["run"]) for r in rows] == [("all", "1", "4", folders[0]),  # div1

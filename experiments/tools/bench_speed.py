@@ -1,9 +1,9 @@
 """Speed benchmark: how fast each script trains, and how close that is to what this machine allows.
 
-    python experiments/bench_speed.py                      # the four scripts at the default config
-    python experiments/bench_speed.py --options "" " --micro-batch-size 0" " --bf16"   # leading space: not a flag
-    python experiments/bench_speed.py --pieces             # env step, forward, update; PPG's aux phase piece by piece
-    python experiments/bench_speed.py --micro-sweep 16 32 64 128   # ppo.py's and ppo_ewma.py's update per micro-batch
+    python experiments/tools/bench_speed.py                  # the four scripts at the default config
+    python experiments/tools/bench_speed.py --options "" " --micro-batch-size 0" " --bf16"  # leading space: not a flag
+    python experiments/tools/bench_speed.py --pieces         # env step, forward, update; PPG's aux phase piece by piece
+    python experiments/tools/bench_speed.py --micro-sweep 16 32 64 128  # ppo.py's, ppo_ewma.py's update per micro-batch
 
 Runs mode: each script (with each option set) trains for --iterations iterations in its own process;
 the per-iteration `sps` and time split are read back from progress.csv, skipping --warmup iterations.
@@ -33,8 +33,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # experiments/
+from sweep import ROOT, SCRIPTS  # noqa: E402  (importing sweep puts ROOT, the scripts' folder, on sys.path)
 
 
 def run_script(script, options, args, workdir):
@@ -100,7 +100,6 @@ def child_main(script, argv):
     the counter slows them), train, and print the seconds of each call and the FLOPs as one JSON line after "PIECES
     "."""
     from torch.utils.flop_counter import FlopCounterMode
-    sys.path.insert(0, ROOT)
     module = importlib.import_module(script)
     times, env = {"env_s": [], "rollout_fwd_s": [], "update_s": [], "flops": {}}, [0.0]
 
@@ -181,7 +180,6 @@ def pieces_mode(args):
     import numpy as np
     import torch
     from torch.utils.flop_counter import FlopCounterMode
-    sys.path.insert(0, ROOT)
     import ppg
     import ppo
     device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
@@ -286,7 +284,6 @@ def micro_sweep_mode(args):
     the threads this process may use (pin it with taskset to measure fewer)."""
     import statistics
     import torch
-    sys.path.insert(0, ROOT)
     import ppo
     import ppo_ewma
     torch.set_num_threads(len(os.sched_getaffinity(0)))

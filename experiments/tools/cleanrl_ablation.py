@@ -1,9 +1,9 @@
 """Why ppo.py fell behind CleanRL's ppo_procgen.py after 400k env steps: 1M-step StarPilot runs that switch
-groups of the official code's choices to CleanRL's, committed to docs/runs.
+groups of the official code's choices to CleanRL's, committed to data/runs.
 
-    python experiments/cleanrl_ablation.py             # train what docs/runs lacks (resumes a cut run), then the table
-    python experiments/cleanrl_ablation.py --dry-run   # the commands of the runs still to do
-    python experiments/cleanrl_ablation.py --table     # train nothing: the table from docs/runs
+    python experiments/tools/cleanrl_ablation.py            # train what data/runs lacks (resumes a cut run), the table
+    python experiments/tools/cleanrl_ablation.py --dry-run  # the commands of the runs still to do
+    python experiments/tools/cleanrl_ablation.py --table    # train nothing: the table from data/runs
 
 The groups, each either the official code's choice (the defaults of the runs' time) or CleanRL's:
     mb  minibatches      --minibatch-by env (whole trajectories of 8 envs)  | step (2,048 random steps)
@@ -12,7 +12,7 @@ The groups, each either the official code's choice (the defaults of the runs' ti
     init initialisation  --init normed (per-unit weight norms)              | pytorch (orthogonal heads)
 Every run passes every flag of every group, so a run means the same whatever the scripts' defaults become.
 Stage 1: the first three (seed 1) and none (seed 2). Stage 2: all four (seed 1), as stage 1's CleanRL-like run fell
-short of CleanRL while CleanRL's own script, run here as the control (docs/cleanrl/), did not; the differences left
+short of CleanRL while CleanRL's own script, run here as the control (data/cleanrl/), did not; the differences left
 are the initialisation, advantage normalisation per minibatch, reward statistics updated per step and Procgen's
 seeding. Stage 3, as stage 2 learned like CleanRL where stage 1's first run had not: the initialisation alone
 (seed 2, the defaults' second seed), whether it is enough. Stage 4: all four with seed 2, the seed of the defaults'
@@ -28,11 +28,10 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # experiments/
 import analysis  # noqa: E402
 import sweep  # noqa: E402
 
-COMMITTED = os.path.join(sweep.ROOT, "docs", "runs")
 # group: its flags (their values: sweep.OFFICIAL_CODE's or sweep.CLEANRL's)
 GROUPS = {"mb": ("minibatch_by",), "vf": ("vf_coef", "clip_vloss", "norm_reward_gamma"),
           "gc": ("max_grad_norm", "adam_eps"), "init": ("init",)}
@@ -47,7 +46,6 @@ STAGES = {1: [(("mb", "vf", "gc"), 1), ((), 2)],
 # The committed 1M-step default run of seed 1 (the defaults of its time: the official code's choice in each group)
 DEFAULT_RUN = sweep.Job("ppo", "starpilot", 1, "ppo", 1_000_000, sweep.OFFICIAL_CODE,
                         tags={"groups": "official (default run)", "stage": 0})
-CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run here: its episodes, a CSV per run
 
 
 def exp_name(script, groups):
@@ -73,21 +71,21 @@ def main(argv=None):
                    help="which runs (see below); default: all")
     p.add_argument("--runs-dir", default=os.path.join(sweep.ROOT, "runs", "ablation"), help="where runs train")
     p.add_argument("--dry-run", action="store_true", help="print the commands of the runs still to do")
-    p.add_argument("--table", action="store_true", help="train nothing: the table from docs/runs")
+    p.add_argument("--table", action="store_true", help="train nothing: the table from data/runs")
     args = p.parse_args(argv)
     runs = plan(args.stage)
-    todo = [r for r in runs if not sweep.is_finished(r, COMMITTED)]
+    todo = [r for r in runs if not sweep.is_finished(r, sweep.COMMITTED)]
     if args.dry_run:
-        print(f"{len(runs)} runs planned, {len(todo)} still to train (the others are committed in {COMMITTED})")
+        print(f"{len(runs)} runs planned, {len(todo)} still to train (the others are committed in {sweep.COMMITTED})")
         for run in todo:
             print(" ".join(sweep.launch_command(run, args.runs_dir)))
         return todo
     if not args.table:
-        failed = sweep.run_all(runs, args.runs_dir, committed=COMMITTED)
+        failed = sweep.run_all(runs, args.runs_dir, committed=sweep.COMMITTED)
         if failed:
             sys.exit(f"{len(failed)} run(s) failed; see {os.path.join(args.runs_dir, 'logs')}")
-    loaded = sweep.select_runs([DEFAULT_RUN] + runs, COMMITTED)
-    print(tables(loaded) if loaded else "no finished runs in docs/runs yet")
+    loaded = sweep.select_runs([DEFAULT_RUN] + runs, sweep.COMMITTED)
+    print(tables(loaded) if loaded else "no finished runs in data/runs yet")
     return loaded
 
 
@@ -105,8 +103,9 @@ def tables(loaded, width=100_000):
         rows.append([label, " ".join(sweep.option_tokens(flags)) or "(none)", analysis.cell(d["clipfrac"], "{:.3f}"),
                      analysis.cell(d["approx_kl"], "{:.4f}"), sweep.format_wall_time(d["time_s"]),
                      analysis.cell(d["sps_median"], "{:.0f}")])
+    cleanrl = analysis.cleanrl_references(sweep.CLEANRL_RUNS, width)
     return (f"Mean episodic return per {width:,} env steps (the first iteration after a resume left out)\n\n"
-            f"{analysis.window_table(loaded, labels, width, analysis.cleanrl_references(CONTROL, width))}\n\n"
+            f"{analysis.window_table(loaded, labels, width, cleanrl)}\n\n"
             + analysis.markdown_table(["run", "CleanRL's flags", "clipfrac", "approx_kl", "wall time",
                                        "env steps/s (median)"], rows))
 

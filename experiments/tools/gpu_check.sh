@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# The project on a lent GPU machine, in one prepared call per check (issues 54 and 55). Prepare here, once, from the
-# project root (prep.sh fills the git-ignored .gpu/ with our wheels and Procgen's GL libraries; `prep` adds CleanRL's
-# two scripts from a clone of vwxyzjn/cleanrl and their wheels, gym 0.23.1 and tyro, so no CleanRL code is committed):
-#     ../shared/gpu/prep.sh && experiments/gpu_check.sh prep PATH/TO/cleanrl
-# Then on the GPU machine (the device tool: carry [".gpu"]), each within one command's limit:
-#     source .gpu/setup.sh && experiments/gpu_check.sh speed 360   # CUDA tests, then bench_speed.py and CleanRL
-#     source .gpu/setup.sh && experiments/gpu_check.sh learn 400   # ppo_ewma.py beside ppg_ewma.py, stopped by SIGTERM
-#     source .gpu/setup.sh && experiments/gpu_check.sh ppg 560     # ppo.py's speed beside CleanRL's, then ppg.py's
-#                                                                   # learning beside CleanRL's ppg_procgen.py (issue 50)
-#     source .gpu/setup.sh && experiments/gpu_check.sh seeds 500   # both again at seeds 2 and 3, four runs at once
+# The project on a lent GPU machine (Python, a CUDA build of torch and numpy; no package index, no libGL), in one
+# prepared call per check. Prepare here, once, from the clone's root: gpu_prep.sh fills the git-ignored .gpu/ with our
+# wheels, Procgen's GL libraries and setup.sh; `prep` adds CleanRL's two scripts from a clone of vwxyzjn/cleanrl and
+# their wheels, gym 0.23.1 and tyro, so no CleanRL code is committed:
+#     experiments/tools/gpu_prep.sh && experiments/tools/gpu_check.sh prep PATH/TO/cleanrl
+# Then on the GPU machine, in a copy of the clone with its .gpu/, each within one command's limit:
+#     source .gpu/setup.sh && experiments/tools/gpu_check.sh speed 360  # CUDA tests, then bench_speed.py and CleanRL
+#     source .gpu/setup.sh && experiments/tools/gpu_check.sh learn 400  # ppo_ewma.py beside ppg_ewma.py, to SIGTERM
+#     source .gpu/setup.sh && experiments/tools/gpu_check.sh ppg 560    # ppo.py's speed beside CleanRL's, then ppg.py's
+#                                                                        # learning beside CleanRL's ppg_procgen.py
+#     source .gpu/setup.sh && experiments/tools/gpu_check.sh seeds 500  # both again at seeds 2 and 3, four runs at once
 #     source .gpu/setup.sh && OURS_ONLY=1 PPG="--init normed --exp-name ppg_init_normed" \
-#       experiments/gpu_check.sh seeds 450                         # a probe: ppg.py with other options, seeds 2 and 3
-# The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (the device
-# tool's folder, else /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
-#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" experiments/gpu_check.sh learn 120
-#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" experiments/gpu_check.sh speed 300
-#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" STEPS=1024 experiments/gpu_check.sh ppg 200
+#       experiments/tools/gpu_check.sh seeds 450                        # a probe: ppg.py with other options, seeds 2, 3
+# The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (default
+# /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
+#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" experiments/tools/gpu_check.sh learn 120
+#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" experiments/tools/gpu_check.sh speed 300
+#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" STEPS=1024 \
+#       experiments/tools/gpu_check.sh ppg 200
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" \
-#       CLEANRL_SIZES="--num-envs 8 --num-steps 32 --n-iteration 2" STEPS=1024 experiments/gpu_check.sh seeds 120
+#       CLEANRL_SIZES="--num-envs 8 --num-steps 32 --n-iteration 2" STEPS=1024 experiments/tools/gpu_check.sh seeds 120
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."  # the repository root
 OUT=${OUT:-/tmp/gpu_check}
 CUDA=${CUDA:-}     # --no-cuda to try it on a CPU
 SIZES=${SIZES:-}   # e.g. --num-envs 8 --num-steps 32 (bench_speed.py and the training scripts take the same flags)
@@ -50,7 +52,7 @@ left() { local s=$((end - SECONDS - ${1:-0})); echo $((s > 1 ? s : 1)); }  # sec
 export BENCH_COMMIT=$(cat .gpu/commit 2>/dev/null || echo unknown)
 python3 -m pip install -q --no-index --no-deps --target /tmp/cleanrl-site .gpu/cleanrl/whl/*.whl >/dev/null 2>&1
 clean="env PYTHONPATH=/tmp/cleanrl-site:${PYTHONPATH:-} python3 $PWD/.gpu/cleanrl"  # its gym 0.23.1 before ours
-bench() { timeout -k 5 "$1" python3 experiments/bench_speed.py $SIZES --extra="$CUDA" "${@:2}"; }
+bench() { timeout -k 5 "$1" python3 experiments/tools/bench_speed.py $SIZES --extra="$CUDA" "${@:2}"; }
 runs=/tmp/gpu_runs; mkdir -p $runs
 keep() { for d in $runs/*/; do [ -f $d/config.json ] || continue; mkdir -p "$OUT/$(basename $d)"
   cp $d/config.json $d/progress.csv "$OUT/$(basename $d)/" 2>/dev/null; done; }  # the record, not checkpoints
@@ -62,12 +64,12 @@ if [ "$mode" = speed ]; then
   timeout -k 5 "$(left 200)" python3 -m pytest -q -p no:cacheprovider -k cuda tests 2>&1 | tee "$OUT/tests.log"
   # 2. ppo.py beside CleanRL's ppo_procgen.py unmodified (its gym 0.23.1 and tyro before our gym 0.26.2 on the path),
   #    then ppo_ewma.py and ppg.py, then all three in bf16: each bench_speed.py call a table of its own, in order of
-  #    importance, each cut at its share of the time (a first call on 2026-11-26 lost CleanRL to the cut)
+  #    importance, each cut at its share of the time, so that a cut loses the least important
   bench "$(left 150)" --scripts ppo --cleanrl "$clean/ppo_procgen.py" 2>&1 | tee "$OUT/bench.log"  # the comparison first
   bench "$(left 90)" --scripts ppo_ewma ppg 2>&1 | tee -a "$OUT/bench.log"
   bench "$(left 40)" --scripts ppo ppo_ewma ppg --options " --bf16" 2>&1 | tee -a "$OUT/bench.log"
   # 3. ppo.py's pieces on random data (an env step, a policy forward of 64, one update): the serial ceiling
-  timeout -k 5 "$(left 20)" python3 experiments/bench_speed.py --pieces $SIZES $CUDA 2>&1 | tee "$OUT/pieces.log"
+  timeout -k 5 "$(left 20)" python3 experiments/tools/bench_speed.py --pieces $SIZES $CUDA 2>&1 | tee "$OUT/pieces.log"
   # 4. torch.compile, ppo.py first (each new shape compiles once per process: minutes on a first run), as time allows
   bench "$(left 5)" --scripts ppo ppo_ewma ppg --options " --compile" " --bf16 --compile" 2>&1 | tee "$OUT/bench_compile.log"
   exit 0
@@ -96,7 +98,7 @@ if [ "$mode" = ppg ]; then
   # 1. ppo.py's speed beside CleanRL's ppo_procgen.py unmodified, on this card (about 90 s)
   bench "$(left 430)" --scripts ppo --cleanrl "$clean/ppo_procgen.py" 2>&1 | tee "$OUT/bench.log"
   # 2. ppg.py at the defaults beside CleanRL's ppg_procgen.py unmodified, seed 1, STEPS env steps, each on half the
-  #    cores: does our PPG learn as CleanRL's does (issue 50)? CleanRL prints an episode's return per line and has no
+  #    cores: does our PPG learn as CleanRL's does? CleanRL prints an episode's return per line and has no
   #    resume; ppg.py gets SIGTERM near the end (its aux phase, if one is running, finishes first).
   taskset -c $first python3 ppg.py --env-id starpilot --seed 1 --total-timesteps $STEPS --runs-dir $runs $SIZES $PPG \
     $CUDA > "$OUT/ppg.log" 2>&1 & ours=$!
@@ -114,7 +116,7 @@ if [ "$mode" = ppg ]; then
   exit 0
 fi
 if [ "$mode" = seeds ]; then
-  # The seed noise of the PPG comparison (issue 50): ppg.py and CleanRL's ppg_procgen.py, each at its defaults, for
+  # The seed noise of the PPG comparison: ppg.py and CleanRL's ppg_procgen.py, each at its defaults, for
   # each seed in SEEDS, all side by side on the one GPU, each on an equal share of the cores. The returns up to STEPS
   # are the record, so nothing is saved and every run still going at the deadline is killed: a run that has passed
   # STEPS loses only its last aux phase, which no return comes after. Everything comes back in one file, seeds.tgz.

@@ -1,6 +1,6 @@
 """How much of each network's Adam step its eps takes away, read from a run's checkpoint.
 
-    python experiments/adam_state.py runs/learning/starpilot__ppg__1__1795719881 [RUN_DIR ...]
+    python experiments/tools/adam_state.py runs/learning/starpilot__ppg__1__1795719881 [RUN_DIR ...]
 
 Adam moves a weight by lr * m_hat / (sqrt(v_hat) + eps), where sqrt(v_hat) is the running RMS of that weight's
 gradient. Where the gradients are much smaller than eps, eps, not the gradient's scale, sets the step: the weight
@@ -8,12 +8,16 @@ moves by about lr * m_hat / eps, a smaller step than Adam's lr. For each optimiz
 two: the policy phase's and the aux phase's) and each part of the networks (a trunk, a head), the table gives the
 median of sqrt(v_hat) over its weights, the share of weights with sqrt(v_hat) < eps, and the mean over its weights
 of sqrt(v_hat) / (sqrt(v_hat) + eps): the share of the eps-free step that is left, at the run's eps and at 1e-8.
-(Issue 50: ppg.py's policy network gets no value gradient, so its gradients are much smaller than ppo.py's trunk's.)
+ppg.py's policy network gets no value gradient, so its gradients are much smaller than ppo.py's trunk's.
 """
 import argparse
 import os
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # experiments/
+from sweep import CHECKPOINT  # noqa: E402
 
 
 def part_of(name):
@@ -57,10 +61,10 @@ def table(run_dir, checkpoint, compare_eps=1e-8):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders with a checkpoint.pt")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help=f"run folders with a {CHECKPOINT}")
     args = p.parse_args(argv)
     for run_dir in args.run_dirs:
-        checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), map_location="cpu", weights_only=False)
+        checkpoint = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=False)
         print(table(run_dir, checkpoint))
 
 

@@ -1,32 +1,32 @@
 """It learns: mean episodic return against env steps, one curve per script, and a Markdown table of the
 return per window of env steps and of each run's wall time and speed.
 
-    python experiments/learning_curve.py                  # the README's figure: the four scripts, from docs/runs
-    python experiments/learning_curve.py --train          # first train what docs/runs lacks (PPO ~75 min, PPG hours)
-    python experiments/learning_curve.py runs/starpilot__ppo*__1__* -o curves.png --smooth-steps 50000
+    python experiments/tools/learning_curve.py          # the README's figure: the four scripts, from data/runs
+    python experiments/tools/learning_curve.py --train  # first train what data/runs lacks (PPO ~75 min, PPG hours)
+    python experiments/tools/learning_curve.py runs/starpilot__ppo*__1__* -o curves.png --smooth-steps 50000
 
-Without RUN_DIRs it takes the README's runs from docs/runs: the four scripts at today's defaults, StarPilot (easy),
+Without RUN_DIRs it takes the README's runs from data/runs: the four scripts at today's defaults, StarPilot (easy),
 seeds 1 and 2 (ppg.py and ppg_ewma.py: seed 1), --total-timesteps env steps (1M by default; PPG rounds up to whole
 phases: 1,048,576), each made by
     python ppo.py --env-id starpilot --seed 1 --total-timesteps 1000000 --save-model    (and the other three)
 with sweep.DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
 defaults), so that a run made at earlier defaults is not taken, ppo.py's with the --exp-name of the ablation
-that made them (experiments/cleanrl_ablation.py, all four groups) and ppg.py's with issue 50's (ppg_init_normed);
-and it sets CleanRL's return per window beside
-them: its PPO (the GPU runs of issue 36 and its own script run on this CPU, docs/cleanrl/) and its PPG
-(ppg_procgen.py's runs in docs/cleanrl/ppg/). --train trains the runs that docs/runs lacks, one at a time (a cut
-run resumes from its checkpoint), and commits each there.
+that made them (experiments/tools/cleanrl_ablation.py, all four groups) and ppg.py's with the --exp-name of the
+run that measured the official code's weights in PPG (ppg_init_normed); and it sets CleanRL's return per window
+beside them: its PPO (two runs on a GPU, analysis.CLEANRL_STARPILOT_1M, and its own script run on this CPU,
+data/cleanrl/) and its PPG (ppg_procgen.py's runs in data/cleanrl/ppg/). --train trains the runs that data/runs
+lacks, one at a time (a cut run resumes from its checkpoint), and commits each there.
 With RUN_DIRs (run folders, or folders holding them) it takes every run there, and no CleanRL reference but those
-given with --reference (a CSV with a row per episode, global_step and episodic_return, as in docs/cleanrl/).
+given with --reference (a CSV with a row per episode, global_step and episodic_return, as in data/cleanrl/).
 
-The first iteration after a resume plays fresh levels (shorter episodes, lower returns): in the runs of
-analysis.RESUMED it is left out of the curves and tables. The curves are smoothed over --smooth-steps env steps,
-a window in env steps rather than iterations, so that runs with different batch sizes are smoothed alike; runs
-of the same script are averaged (band: +-1 std). The first table has the mean return of the iterations whose
-global_step falls in each window of --window env steps; the second has each run's env steps, wall time (its
-last time_s) and speed (env steps / wall time, and the median of its per-iteration sps); a third, for PPG runs, has
-each aux phase's mean losses and its time (progress.csv's aux_ columns). One or two seeds of one game show that a
-script learns, not which one learns better.
+In the runs of analysis.RESUMED, resumed from checkpoints that did not hold the games' state, the first iteration
+after the resume played fresh levels (shorter episodes, lower returns): it is left out of the curves and tables.
+The curves are smoothed over --smooth-steps env steps, a window in env steps rather than iterations, so that runs
+with different batch sizes are smoothed alike; runs of the same script are averaged (band: +-1 std). The first
+table has the mean return of the iterations whose global_step falls in each window of --window env steps; the
+second has each run's env steps, wall time (its last time_s) and speed (env steps / wall time, and the median of
+its per-iteration sps); a third, for PPG runs, has each aux phase's mean losses and its time (progress.csv's aux_
+columns). One or two seeds of one game show that a script learns, not which one learns better.
 """
 import argparse
 import math
@@ -34,20 +34,18 @@ import os
 import sys
 import types
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # experiments/
 import analysis  # noqa: E402
 import figures  # noqa: E402
 import sweep  # noqa: E402
 
-RUNS = os.path.join(sweep.ROOT, "docs", "runs")
 OUT = os.path.join(sweep.ROOT, "docs", "figures", "learning_1m.png")
-CONTROL = os.path.join(sweep.ROOT, "docs", "cleanrl")  # CleanRL's own script run on this CPU (issue 36)
-CONTROL_PPG = os.path.join(CONTROL, "ppg")  # its ppg_procgen.py: ppg_procgen_seed<N>_<gpu|cpu>_episodes.csv (issue 50)
+CLEANRL_PPG = os.path.join(sweep.CLEANRL_RUNS, "ppg")  # ppg_procgen.py's: ppg_procgen_seed<N>_<gpu|cpu>_episodes.csv
 
 
 def script_name(run):  # a GPU or bf16 run is its own curve and column: the same algorithm, other numerics and speed;
     config = run["config"]  # so is a run of other weights: PPO's from the official code's; PPG's always say theirs,
-    gpu, init = str(config.get("device", "")).startswith("cuda"), config.get("init")  # as issue 50 moved its default
+    gpu, init = str(config.get("device", "")).startswith("cuda"), config.get("init")  # as PPG's runs have either
     return config.get("script", "?.py")[:-3] + (" (GPU)" if gpu else "") + (" (bf16)" if config.get("bf16") else "") \
         + (f" (init {init})" if init == "normed" or init and config.get("script", "").startswith("ppg") else "")
 
@@ -90,11 +88,11 @@ def tables(runs, width, references=None):
 
 
 def cleanrl_ppg(width):
-    """CleanRL's ppg_procgen.py, its mean return per window: the episode log in CONTROL_PPG of each run that reached
+    """CleanRL's ppg_procgen.py, its mean return per window: the episode log in CLEANRL_PPG of each run that reached
     1M env steps, as the README's runs did (the shorter ones are in docs/results.md, given with --reference)."""
-    names = sorted(os.listdir(CONTROL_PPG)) if os.path.isdir(CONTROL_PPG) else []
+    names = sorted(os.listdir(CLEANRL_PPG)) if os.path.isdir(CLEANRL_PPG) else []
     logs = {f"CleanRL PPG seed {f.split('_')[2][4:]} ({'GPU' if '_gpu_' in f else 'this CPU'})":
-            analysis.episode_windows(os.path.join(CONTROL_PPG, f), width) for f in names if f.endswith("_episodes.csv")}
+            analysis.episode_windows(os.path.join(CLEANRL_PPG, f), width) for f in names if f.endswith("_episodes.csv")}
     return {label: means for label, means in logs.items() if len(means) * width > 1_000_000}
 
 
@@ -129,15 +127,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="*", metavar="RUN_DIR", help="run folders, or folders holding them (default: the "
-                                                                "README's runs in docs/runs, see below)")
+                                                                "README's runs in data/runs, see below)")
     p.add_argument("-o", "--out", default=OUT, help="output image (PNG); default docs/figures/learning_1m.png")
     p.add_argument("--smooth-steps", type=int, default=100_000, help="moving average over this many env steps")
     p.add_argument("--window", type=int, default=100_000, help="the table's windows, in env steps")
     p.add_argument("--total-timesteps", type=int, default=1_000_000,
-                   help="without RUN_DIRs: the length of the runs to take from docs/runs")
+                   help="without RUN_DIRs: the length of the runs to take from data/runs")
     p.add_argument("--reference", nargs="+", default=[], metavar="CSV",
                    help="episode logs (global_step, episodic_return) whose window means go beside the runs")
-    p.add_argument("--train", action="store_true", help="first train the README's runs that docs/runs lacks")
+    p.add_argument("--train", action="store_true", help="first train the README's runs that data/runs lacks")
     p.add_argument("--runs-dir", default=os.path.join(sweep.ROOT, "runs", "learning"), help="where --train trains")
     args = p.parse_args(argv)
     missing = [path for path in args.paths if not os.path.isdir(path)]
@@ -147,21 +145,24 @@ def main(argv=None):
         p.error(f"not a file: {', '.join(path for path in args.reference if not os.path.isfile(path))}")
     if args.train and args.paths:
         p.error("--train trains the README's runs: give no RUN_DIR")
-    if args.train and sweep.run_all(sweep.readme_runs(args.total_timesteps), args.runs_dir, committed=RUNS):
+    if args.train and sweep.run_all(sweep.readme_runs(args.total_timesteps), args.runs_dir,
+                                    committed=sweep.COMMITTED):
         sys.exit(f"a run failed; see {os.path.join(args.runs_dir, 'logs')}")
     if args.paths:
         runs, references = sorted(analysis.load_runs(args.paths), key=by_script), None
     else:
-        runs, references = default_runs(RUNS, args.total_timesteps), None
+        runs, references = default_runs(sweep.COMMITTED, args.total_timesteps), None
         if args.total_timesteps == 1_000_000:  # CleanRL's numbers are of 1M-step runs: its PPO, then its PPG
-            references = {label.replace("CleanRL", "CleanRL PPO"): means for label, means in
-                          analysis.cleanrl_references(CONTROL, args.window).items()} | cleanrl_ppg(args.window)
+            ppo = analysis.cleanrl_references(sweep.CLEANRL_RUNS, args.window)
+            references = {label.replace("CleanRL", "CleanRL PPO"): means for label, means in ppo.items()} \
+                | cleanrl_ppg(args.window)
     references = {**(references or {}), **{"CleanRL " + os.path.basename(path).removesuffix("_episodes.csv"):
                                            analysis.episode_windows(path, args.window) for path in args.reference}}
     runs = [analysis.without_resumed(run) for run in runs if run["rows"]]
     if not runs:
         p.error("no runs with progress found under " + (", ".join(args.paths) if args.paths else
-                f"{RUNS}: the README's runs with --total-timesteps {args.total_timesteps} (--train trains them)"))
+                f"{sweep.COMMITTED}: the README's runs with --total-timesteps {args.total_timesteps} "
+                "(--train trains them)"))
     draw(runs, args.out, args.smooth_steps, references, args.window)
     print(tables(runs, args.window, references))
     print(f"\nfigure {args.out}")
