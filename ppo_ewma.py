@@ -5,8 +5,7 @@ EWMA of the policy network, from "Batch size-invariance for policy optimization"
     python ppo_ewma.py --env-id starpilot
 
 The algorithm first, in the same sections in ppo.py, ppo_ewma.py, ppg.py and ppg_ewma.py; then an appendix of
-machinery (argument checks, resume, workers, evaluation, checkpoints, logging), identical in all four files.
-"""
+machinery (argument checks, resume, workers, evaluation, checkpoints, logging), identical in all four files."""
 import argparse
 import collections
 import contextlib
@@ -29,12 +28,22 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+SCRIPT = os.path.basename(__file__)  # this script's name, in messages and in config.json
 try:  # Python 3.13: procgen-gym, Procgen's C++ games unchanged, ported to gymnasium and numpy 2
     import procgen_gym as procgen
+    ProcgenGames = procgen.ProcgenVecEnv  # reset() -> (obs, info); step(actions) -> (obs, reward, first, ...)
 except ImportError:  # Python 3.11 and 3.12: procgen-mirror, the original package, on gym3 and numpy < 2
     with contextlib.redirect_stderr(io.StringIO()):  # it imports old gym, which prints a notice about its own end
         import procgen
-SCRIPT = os.path.basename(__file__)  # this script's name, in messages and in config.json
+
+    class ProcgenGames(procgen.ProcgenGym3Env):  # procgen-gym's reset and step, on gym3's observe and act
+        def reset(self):
+            return self.observe()[1]["rgb"], {}
+
+        def step(self, actions):
+            self.act(actions)
+            reward, obs, first = self.observe()
+            return obs["rgb"], reward, first
 
 
 # --- Arguments -----------------------------------------------------------------------------------
@@ -131,37 +140,28 @@ NUM_ACTIONS = 15  # every Procgen game has the same 15 actions
 
 
 class ProcgenVecEnv:
-    """num_envs Procgen games, stepped as a gymnasium vector env. An env resets inside the step that ends its episode
-    (the obs is then the next level's first frame); a time-out is an end too: all `terminated`, as officially. It
-    adds up each episode for the log (info["episode"]); its state_dict holds every game, so a resumed run goes on in
-    the same episodes. procgen-gym and procgen-mirror play the same games (tests/test_procgen_packages.py)."""
+    """num_envs Procgen games, stepped together. An env resets inside the step that ends its episode (the obs is then
+    the next level's first frame); a time-out is an end too, as officially. It adds up each episode for the log; its
+    state_dict holds every game, so a resumed run goes on in the same episodes."""
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
-        self.gym3 = hasattr(procgen, "ProcgenGym3Env")  # procgen-mirror's env speaks gym3
-        self.venv = (procgen.ProcgenGym3Env if self.gym3 else procgen.ProcgenVecEnv)(
-            num_envs, env_name=env_id, distribution_mode=distribution_mode, num_levels=num_levels,
-            start_level=start_level, rand_seed=seed, num_threads=min(16, cpu_threads()))
-        self.num_envs, self.obs = num_envs, self.venv.observe()[1]["rgb"] if self.gym3 else self.venv.reset()[0]
+        self.games = ProcgenGames(num_envs, env_name=env_id, distribution_mode=distribution_mode, num_levels=num_levels,
+                                  start_level=start_level, rand_seed=seed, num_threads=min(16, cpu_threads()))
+        self.num_envs, self.obs = num_envs, self.games.reset()[0]
         self.first, self.returns, self.lengths = np.ones(num_envs, bool), np.zeros(num_envs), np.zeros(num_envs, int)
 
-    def step(self, actions):
-        actions = np.asarray(actions, dtype=np.int32)
-        if self.gym3:
-            self.venv.act(actions)
-            reward, obs, first = self.venv.observe()
-            obs = obs["rgb"]
-        else:
-            obs, reward, first, _, _ = self.venv.step(actions)
+    def step(self, actions):  # -> obs, reward, first, (return, length) of each env's episode: ended where first
+        obs, reward, first = self.games.step(np.asarray(actions, dtype=np.int32))[:3]
         self.obs, self.first, self.returns, self.lengths = obs, first, self.returns + reward, self.lengths + 1
-        info = {"episode": {"r": self.returns, "l": self.lengths}, "_episode": first} if first.any() else {}
+        episodes = self.returns, self.lengths
         self.returns, self.lengths = np.where(first, 0, self.returns), np.where(first, 0, self.lengths)
-        return obs, reward, first, np.zeros_like(first), info
+        return obs, reward, first, episodes
 
     def state_dict(self):  # every game, and each env's episode so far and last frame
-        games = self.venv.callmethod("get_state") if self.gym3 else self.venv.get_state()
-        return {"games": games, **{k: torch.tensor(getattr(self, k)) for k in ("obs", "first", "returns", "lengths")}}
+        return {"games": self.games.get_state(),
+                **{k: torch.tensor(getattr(self, k)) for k in ("obs", "first", "returns", "lengths")}}
 
     def load_state_dict(self, state):
-        self.venv.callmethod("set_state", state["games"]) if self.gym3 else self.venv.set_state(state["games"])
+        self.games.set_state(state["games"])
         for k in ("obs", "first", "returns", "lengths"):
             setattr(self, k, state[k].numpy())
 
@@ -209,9 +209,7 @@ class ImpalaCNN(nn.Module):
     """uint8 frames (B, 64, 64, 3) -> features (B, 256). 3 stages of 16, 32, 32 channels."""
     def __init__(self, channels=(16, 32, 32), out_features=256):
         super().__init__()
-        # Each residual conv is scaled so that a stage's 2 blocks and the 3 stages add unit variance:
-        # sqrt(1/sqrt(3 stages) / sqrt(2 blocks)) = 6 ** -0.25 ~ 0.64 (official code).
-        scale = 6 ** -0.25
+        scale = 6 ** -0.25  # = sqrt(1/sqrt(3 stages) / sqrt(2 blocks)): the residual sums keep unit variance (official)
         self.stages = nn.Sequential(*[ConvSequence(c_in, c_out, scale)
                                       for c_in, c_out in zip((3,) + channels[:-1], channels)])
         self.dense = normed(nn.Linear(channels[-1] * 8 * 8, out_features), 1.4)
@@ -255,14 +253,11 @@ class EWMA(nn.Module):
     after each gradient step, kept incrementally (App. A). A copy of `net`, the policy's network; only `logits` runs."""
     def __init__(self, net, beta_prox):
         super().__init__()
-        self.net = copy.deepcopy(net).requires_grad_(False).eval()
-        self.beta_prox = beta_prox
+        self.net, self.beta_prox = copy.deepcopy(net).requires_grad_(False).eval(), beta_prox
         self.reset(net)
 
-    @torch.no_grad()
     def reset(self, net):  # theta_prox <- theta, w <- 1
-        for prox, theta in zip(self.net.parameters(), net.parameters()):
-            prox.copy_(theta)
+        self.net.load_state_dict(net.state_dict())
         self.w = 1.0
 
     @torch.no_grad()
@@ -289,26 +284,22 @@ def new_rollout(num_steps, num_envs, device):
 
 
 @torch.no_grad()
-def collect_rollout(envs, agent, next_obs, next_first, num_steps):
-    """Run the behaviour policy (the current network) for num_steps steps in every environment. The rollout also
+def collect_rollout(envs, agent, num_steps, device):
+    """Run the behaviour policy (the current network) for num_steps more steps in every environment. The rollout also
     carries the frame after it (for the bootstrap value); beside it, for the log: its finished episodes."""
-    device = next_obs.device
-    rollout = new_rollout(num_steps, envs.num_envs, device)
-    log = {"episode_returns": [], "episode_lengths": []}
+    rollout, log = new_rollout(num_steps, envs.num_envs, device), {"episode_returns": [], "episode_lengths": []}
+    next_obs, next_first = torch.from_numpy(envs.obs).to(device), torch.from_numpy(envs.first).to(device)
     for t in range(num_steps):
         rollout["obs"][t], rollout["firsts"][t] = next_obs, next_first
         logits, value = agent(next_obs)
         action = torch.multinomial(F.softmax(logits, dim=-1), 1).squeeze(-1)
         rollout["actions"][t], rollout["values"][t] = action, value
         rollout["logp_behav"][t] = log_prob(logits, action)  # pi_behav(a_t|s_t), stored for later
-        action = action.cpu().numpy()  # the one host sync per step
-        obs, reward, terminated, truncated, info = envs.step(action)
+        obs, reward, first, (returns, lengths) = envs.step(action.cpu().numpy())  # the one host sync per step
         rollout["rewards"][t] = torch.from_numpy(reward).to(device)
-        next_obs = torch.from_numpy(obs).to(device)
-        next_first = torch.from_numpy(terminated | truncated).to(device)
-        if "episode" in info:  # every episode that finished on this step, not just one
-            log["episode_returns"] += info["episode"]["r"][info["_episode"]].tolist()
-            log["episode_lengths"] += info["episode"]["l"][info["_episode"]].tolist()
+        next_obs, next_first = torch.from_numpy(obs).to(device), torch.from_numpy(first).to(device)
+        log["episode_returns"] += returns[first].tolist()  # every episode that finished on this step, not just one
+        log["episode_lengths"] += lengths[first].tolist()
     rollout["next_obs"], rollout["next_first"] = next_obs, next_first
     return rollout, log
 
@@ -332,8 +323,7 @@ class RewardNormalizer(nn.Module):
         x = returns.double().flatten()
         n, total_x, total_sq = all_reduce_sum(torch.stack([x.new_tensor(x.numel()), x.sum(), (x * x).sum()]))
         mean_x = total_x / n
-        var_x, delta = (total_sq / n - mean_x * mean_x).clamp_min(0), mean_x - self.mean
-        total = self.count + n
+        var_x, delta, total = (total_sq / n - mean_x * mean_x).clamp_min(0), mean_x - self.mean, self.count + n
         self.var = (self.var * self.count + var_x * n + delta ** 2 * self.count * n / total) / total
         self.mean, self.count = self.mean + delta * n / total, total
         return torch.clamp(rewards / torch.sqrt(self.var + self.eps).float(), -self.clip, self.clip)
@@ -343,9 +333,7 @@ class RewardNormalizer(nn.Module):
 def compute_gae(rewards, values, firsts, next_value, next_first, gamma, gae_lambda):
     """Advantages and value targets. An episode ended after step t iff obs t+1 is a first frame;
     then nothing is bootstrapped across the boundary (Procgen time-outs count as ends, as officially)."""
-    num_steps = rewards.shape[0]
-    advantages = torch.zeros_like(rewards)
-    last_gae = torch.zeros_like(next_value)
+    num_steps, advantages, last_gae = rewards.shape[0], torch.zeros_like(rewards), torch.zeros_like(next_value)
     for t in reversed(range(num_steps)):
         nonterminal = (~(firsts[t + 1] if t + 1 < num_steps else next_first)).to(rewards.dtype)
         next_v = values[t + 1] if t + 1 < num_steps else next_value
@@ -383,30 +371,28 @@ def make_batch(rollout, agent, adv_moments, args):
     adv_mean, adv_std = adv_moments(advantages)
     if args.norm_adv:
         advantages = (advantages - adv_mean) / (adv_std + 1e-8)
-    batch = {"obs": rollout["obs"].flatten(0, 1), "actions": rollout["actions"].flatten(),
-             "logp_behav": rollout["logp_behav"].flatten(), "advantages": advantages.flatten(),
-             "returns": returns.flatten(), "values": rollout["values"].flatten(), "adv_mean": adv_mean,
-             "adv_std": adv_std}
+    batch = {k: rollout[k].flatten(0, 1) for k in ("obs", "actions", "logp_behav", "values")}  # steps x envs -> steps
+    batch.update(advantages=advantages.flatten(), returns=returns.flatten(), adv_mean=adv_mean, adv_std=adv_std)
     # Section 5.1: prox = recent is the policy before this iteration, so its log-probs are fixed here
-    if args.prox == "recent":
-        batch["logp_recent"] = chunked_log_prob(agent, batch["obs"], batch["actions"])
+    batch["logp_recent"] = chunked_log_prob(agent, batch["obs"], batch["actions"]) if args.prox == "recent" else None
     return batch
 
 
 # --- Losses (decoupled objectives: Section 2) -----------------------------------------------------------
 def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, imp_samp_max):
     """Section 2, in log space: (pi_prox/pi_behav) min(r A, clip(r, 1-eps, 1+eps) A) with r = pi_theta/pi_prox, and/or
-    (pi_theta/pi_behav) A - beta KL[prox, theta]. With prox = behav this is exactly PPO's loss."""
-    # Cap the importance weight pi_theta/pi_behav at imp_samp_max (Appendix B; 0 = no cap): in value only, gradients
-    # still flow through logp. It bites only on stale data (Section 5.1), in every script as in the official code.
+    (pi_theta/pi_behav) A - beta KL[prox, theta]. With prox = behav this is exactly PPO's loss.
+    The importance weight is capped at imp_samp_max (Appendix B; 0 = no cap), in value only: gradients still flow
+    through logp. It bites only on stale data (Section 5.1), in every script as in the official code."""
     log_cap = logp.detach() - math.log(imp_samp_max) if imp_samp_max else torch.full_like(logp, -math.inf)
     capped = logp_behav < log_cap
-    logp_behav_capped = torch.maximum(logp_behav, log_cap)
+    logp_behav_capped = torch.maximum(logp_behav, log_cap)  # exp(logp - this) = min(pi_theta/pi_behav, imp_samp_max)
     logratio = logp - logp_prox  # log r_t(theta), against the proximal policy
     pg_losses = -advantages * torch.exp(logp - logp_behav_capped)
     if clip_coef > 0:
         clipped = torch.clamp(logratio, math.log(1 - clip_coef), math.log(1 + clip_coef))
-        pg_losses = torch.maximum(pg_losses, -advantages * torch.exp(clipped + logp_prox - logp_behav_capped))
+        log_weight = clipped + logp_prox - logp_behav_capped  # = log[(pi_prox/pi_behav_capped) clip(r, 1-eps, 1+eps)]
+        pg_losses = torch.maximum(pg_losses, -advantages * torch.exp(log_weight))
     # KL[prox, theta] by the sampled estimate 0.5 * (log r)^2, as the official code
     kl = 0.5 * logratio.pow(2)
     with torch.no_grad():
@@ -426,6 +412,22 @@ def value_loss(value, returns, values_behav, clip_vloss):
     return loss.mean()
 
 
+def micro_batch_loss(agent, batch, idx, args, ewma):
+    """The forward pass on the steps idx of the batch: their loss, and its terms and diagnostics to log."""
+    logits, value = agent(batch["obs"][idx])
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, batch["actions"][idx].unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+    with torch.no_grad():  # prox: the EWMA weights as they are at this optimiser step (never cached)
+        logp_prox = (log_prob(ewma.net.logits(batch["obs"][idx]), batch["actions"][idx])
+                     if args.prox == "ewma" else batch["logp_recent"][idx])
+    pg_loss, diagnostics = policy_loss(logp, batch["logp_behav"][idx], logp_prox, batch["advantages"][idx],
+                                       args.clip_coef, args.kl_penalty, args.imp_samp_max)
+    v_loss = value_loss(value, batch["returns"][idx], batch["values"][idx], args.clip_coef if args.clip_vloss else 0)
+    loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+    return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy, **diagnostics}
+
+
 # --- Update ------------------------------------------------------------------------------------------------
 def update(agent, optimizer, batch, args, ewma):
     """E epochs of minibatch Adam steps on the policy and value losses. Returns the mean diagnostics."""
@@ -436,22 +438,10 @@ def update(agent, optimizer, batch, args, ewma):
         for mb in minibatches(args, batch["actions"].device):
             optimizer.zero_grad(set_to_none=True)
             for idx in mb.split(micro):  # gradient accumulation: the same gradient as one pass over mb
-                logits, value = agent(batch["obs"][idx])
-                logp_all = F.log_softmax(logits, dim=-1)
-                logp = logp_all.gather(-1, batch["actions"][idx].unsqueeze(-1)).squeeze(-1)
-                entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-                with torch.no_grad():  # prox: the EWMA weights as they are at this optimiser step (never cached)
-                    logp_prox = (log_prob(ewma.net.logits(batch["obs"][idx]), batch["actions"][idx])
-                                 if args.prox == "ewma" else batch["logp_recent"][idx])
-                pg_loss, diag = policy_loss(logp, batch["logp_behav"][idx], logp_prox, batch["advantages"][idx],
-                                            args.clip_coef, args.kl_penalty, args.imp_samp_max)
-                v_loss = value_loss(value, batch["returns"][idx], batch["values"][idx],
-                                    args.clip_coef if args.clip_vloss else 0)
-                loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+                loss, diagnostics = micro_batch_loss(agent, batch, idx, args, ewma)
                 (loss * (len(idx) / len(mb))).backward()
-                w = len(idx) / (batch_size * args.update_epochs)
-                for k, v in {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy, **diag}.items():
-                    sums[k] = sums[k] + v.detach() * w
+                for k, v in diagnostics.items():  # means over the epochs' steps
+                    sums[k] = sums[k] + v.detach() * (len(idx) / (batch_size * args.update_epochs))
             average_gradients(agent.parameters())
             if args.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
@@ -493,11 +483,10 @@ def main(argv=None):
     num_iterations = math.ceil(args.total_timesteps / (args.num_envs * args.num_steps * worker()[1]))  # rounded up
     # --resume, as nanoGPT's: the saved state back in place (the envs' too: their episodes go on), and go on from there
     start, time_s = load_checkpoint(checkpoint_path(args.resume), learner, stale_rollouts) if args.resume else (0, 0.0)
-    run = Run(args, device, learner, num_iterations, start, time_s)  # the run folder, progress.csv, the console
-    next_obs, next_first = torch.from_numpy(envs.obs).to(device), torch.from_numpy(envs.first).to(device)
+    prepare_networks(learner, args)  # the appendix: rank 0's weights on every worker; --bf16, --compile
+    run = Run(args, device, agent, num_iterations, start, time_s)  # the run folder, progress.csv, the console
     for iteration in range(start + 1, num_iterations + 1):
-        rollout, rollout_log = collect_rollout(envs, agent, next_obs, next_first, args.num_steps)
-        next_obs, next_first = rollout["next_obs"], rollout["next_first"]
+        rollout, rollout_log = collect_rollout(envs, agent, args.num_steps, device)
         if args.norm_reward:
             rollout["rewards"] = reward_normalizer(rollout["rewards"], rollout["firsts"])
         stale_rollouts.append(rollout)  # artificial staleness (Section 5.1): train on the rollout of K iterations ago
@@ -519,21 +508,18 @@ def main(argv=None):
 
 
 # ===================================================================================================================
-# APPENDIX: the machinery. The algorithm is complete above; a first-time reader may stop here. The same, to the
-# character, in all four scripts: argument checks and resume, workers and the device, evaluation, checkpoints, the Run.
+# APPENDIX: the machinery. The algorithm is complete above; a first-time reader may stop here. The same in all four.
 # ===================================================================================================================
 # --- Argument checks and resume ------------------------------------------------------------------------------------
-AT_LEAST_1 = ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "n_pi", "e_pi", "e_v",
-              "e_aux", "batch_divisor", "save_interval", "video_interval", "eval_interval")
-AT_LEAST_0 = ("seed", "num_levels", "start_level", "staleness", "eval_episodes", "micro_batch_size", "ent_coef",
-              "vf_coef", "kl_penalty", "max_grad_norm", "beta_clone")
-
-
 def check_args(p, args):
     """What the types leave open, before anything is written: one line naming the argument, exit code 2."""
     v, inf = vars(args), math.inf
-    rules = [(k, 1 <= v[k] < inf, "at least 1") for k in AT_LEAST_1 if k in v]
-    rules += [(k, 0 <= v[k] < inf, "at least 0 and finite") for k in AT_LEAST_0 if v.get(k) is not None]
+    rules = [(k, 1 <= v[k] < inf, "at least 1") for k in ("total_timesteps", "num_envs", "num_steps", "num_minibatches",
+             "update_epochs", "n_pi", "e_pi", "e_v", "e_aux", "batch_divisor", "save_interval", "video_interval",
+             "eval_interval") if k in v]
+    rules += [(k, 0 <= v[k] < inf, "at least 0 and finite") for k in ("seed", "num_levels", "start_level", "staleness",
+              "eval_episodes", "micro_batch_size", "ent_coef", "vf_coef", "kl_penalty", "max_grad_norm", "beta_clone")
+              if v.get(k) is not None]
     rules += [(k, 0 < v[k] < inf, "above 0 and finite") for k in ("learning_rate", "adam_eps")]
     rules += [(k, 0 <= v[k] <= 1, "in [0, 1]") for k in ("gamma", "gae_lambda")]
     rules += [(k, 0 <= v[k] < 1, "in [0, 1)") for k in ("clip_coef", "norm_reward_gamma", "adv_ewma_decay", "beta_prox")
@@ -595,13 +581,11 @@ def resume_command(run_dir, world_size):  # from any folder, with the workers it
 # --- Many workers (torchrun) and the device ------------------------------------------------------------------------
 # `torchrun --nproc-per-node W script.py ...` starts W workers of --num-envs environments each, as the paper ran (4 x 64
 # envs); each holds the same networks and steps on the averaged gradient. Without torchrun these helpers do nothing.
-def worker():
-    """(rank, world size), as torchrun sets them; (0, 1) without it. Rank 0 prints and writes the run folder."""
+def worker():  # (rank, world size) as torchrun sets them, (0, 1) without it; rank 0 prints and writes the run folder
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def cpu_threads():
-    """The cores this process may use (Linux knows its CPU set; macOS and Windows count all), shared by the workers."""
+def cpu_threads():  # the cores this process may use (Linux knows its CPU set; others count all), shared by workers
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
 
@@ -626,8 +610,7 @@ def setup(args):
     return device
 
 
-def average_gradients(params):
-    """Once per optimiser step, after micro-batch accumulation: every worker's gradient becomes the mean."""
+def average_gradients(params):  # once per optimiser step, after micro-batch accumulation: each worker's gets the mean
     grads = [p.grad for p in params if p.grad is not None]
     if dist.is_initialized() and grads:
         flat = torch.cat([g.flatten() for g in grads])
@@ -636,8 +619,7 @@ def average_gradients(params):
             g.copy_(mean.view_as(g))
 
 
-def all_reduce_sum(tensor):
-    """The sum over workers (advantage and reward statistics, episode counts, stop flags); the tensor on one worker."""
+def all_reduce_sum(tensor):  # the sum over workers (statistics, episode counts, stop flags); on one, the tensor
     if dist.is_initialized():
         dist.all_reduce(tensor)
     return tensor
@@ -665,8 +647,7 @@ def held_out_levels(args):  # (start_level, num_levels): the levels after the tr
 def evaluate(args, agent, episodes, seed, gif=None):
     """The returns and lengths of `episodes` episodes on held-out levels, one environment each (the first to finish
     would favour short ones), envs and generator apart from training's. With `gif`: the first episode as a GIF there."""
-    start_level, num_levels = held_out_levels(args)
-    device, frames = next(agent.parameters()).device, []
+    (start_level, num_levels), device, frames = held_out_levels(args), next(agent.parameters()).device, []
     envs = ProcgenVecEnv(args.env_id, episodes, args.distribution_mode, num_levels, start_level, seed)
     generator, obs = torch.Generator(device).manual_seed(seed), envs.obs
     returns, lengths = np.full(episodes, np.nan), np.zeros(episodes, dtype=int)
@@ -675,10 +656,9 @@ def evaluate(args, agent, episodes, seed, gif=None):
             frames.append(obs[0])
         logits = agent.logits(torch.from_numpy(obs).to(device))
         action = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
-        obs, _, ended, _, info = envs.step(action.cpu().numpy())
+        obs, _, ended, (episode_returns, episode_lengths) = envs.step(action.cpu().numpy())
         first_end = ended & np.isnan(returns)  # after an end, obs is the next level's first frame
-        if first_end.any():
-            returns[first_end], lengths[first_end] = info["episode"]["r"][first_end], info["episode"]["l"][first_end]
+        returns[first_end], lengths[first_end] = episode_returns[first_end], episode_lengths[first_end]
     if gif:
         from PIL import Image  # comes with matplotlib
         images = [Image.fromarray(frame).resize((128, 128), Image.NEAREST) for frame in frames]
@@ -719,7 +699,7 @@ def save_checkpoint(run, learner, stale_rollouts, iteration):
 
 def load_checkpoint(path, learner, stale_rollouts):
     """--resume: the saved state put back in place, as nanoGPT's resume does; returns (iteration, seconds so far). A
-    checkpoint from before the envs were saved (issue 53) resumes with fresh episodes from the run's first levels."""
+    checkpoint from before the envs were saved resumes with fresh episodes from the run's first levels."""
     try:  # safe, memory-mapped, onto the CPU from any device: load_state_dict puts each tensor in its place, and
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # Adam's step counts stay there
     except Exception as e:  # missing, truncated, corrupt, or not a checkpoint at all
@@ -758,8 +738,10 @@ COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "epis
            "eval_length", "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG only
 
 
-def error(message):
-    print(f"{SCRIPT}: error: {message}", file=sys.stderr)  # one line and exit code 2, as argparse's
+def error(message):  # one line and exit code 2, as argparse's; torchrun's workers leave their group first (no abort)
+    print(f"{SCRIPT}: error: {message}", file=sys.stderr)
+    if dist.is_initialized():
+        dist.destroy_process_group()
     sys.exit(2)
 
 
@@ -770,8 +752,8 @@ def say(*args):
 
 class Run:
     """The run folder, one writer at a time; a row of progress.csv and a console line per iteration; signals, stops."""
-    def __init__(self, args, device, learner, num_iterations, start_iteration, time_s):
-        self.args, self.device, self.agent, self.num_iterations = args, device, learner["agent"], num_iterations
+    def __init__(self, args, device, agent, num_iterations, start_iteration, time_s):
+        self.args, self.device, self.agent, self.num_iterations = args, device, agent, num_iterations
         (self.rank, self.world_size), self.signal, self.problem, self.launcher = worker(), None, None, os.getppid()
         self.last_saved, self.global_batch_size = start_iteration or None, args.num_envs * args.num_steps * worker()[1]
         # SIGINT (Ctrl-C), SIGTERM, SIGHUP (a closed terminal; not under nohup): finish the iteration, save, exit
@@ -789,17 +771,18 @@ class Run:
             self.lock.acquire(timeout=0)  # resume while the run or its orphaned workers still train, stops here
         except filelock.Timeout:
             error(f"{self.dir} is in use by another process (the run, or a resume of it, still going): stop it first")
-        prepare_networks(learner, args)
+        self.columns = [c for c in COLUMNS if not c.startswith("aux_") or "n_pi" in vars(args)]  # PPG's aux phase
         if self.rank == 0:
-            self.write_config()
-            self.csv_file, self.progress = self.open_progress(start_iteration)
-        knobs = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in vars(args).items()
-                          if k in ("learning_rate", "beta_prox", "prox", "n_pi"))
+            batch_size = args.num_envs * args.num_steps
+            write_run_files(self.dir, args, self.columns, start_iteration, batch_size=batch_size,
+                            minibatch_size=batch_size // args.num_minibatches, num_iterations=num_iterations,
+                            device=str(device), world_size=self.world_size, global_batch_size=self.global_batch_size,
+                            script=SCRIPT)
         say(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: {args.num_envs} envs x "
             f"{args.num_steps} steps x {self.world_size} worker(s), {num_iterations} iterations = "
-            f"{num_iterations * self.global_batch_size:,} steps; {knobs}; run folder {self.dir}")
+            f"{num_iterations * self.global_batch_size:,} steps; run folder {self.dir}")
         self.start_time, self.last_time, self.watch_time = time.time() - time_s, time.time(), 0.0
-        self.began, self.start_iteration, self.aux_total = self.last_time, start_iteration, 0.0  # for the ETA
+        self.began, self.start_iteration = self.last_time, start_iteration  # the ETA goes at this process's pace
 
     def on_signal(self, signum, frame):
         if self.signal is not None:
@@ -830,19 +813,12 @@ class Run:
                         episodic_return=return_sum / episodes if episodes else "",
                         episodic_length=length_sum / episodes if episodes else "")
         if self.rank == 0:
-            self.progress.writerow(self.row)
-            self.csv_file.flush()
-        # ETA at this process's pace (a resumed run may be on another machine); PPG's aux phases left (hours each on
-        # a CPU) at this process's mean aux phase, or named if none ran here yet
-        n_pi, self.aux_total = vars(self.args).get("n_pi"), self.aux_total + stats.get("aux_time_s", 0.0)
-        aux_done, aux_left = (iteration // n_pi - self.start_iteration // n_pi,
-                              self.num_iterations // n_pi - iteration // n_pi) if n_pi else (0, 0)
-        pace = (now - self.began - self.aux_total) / (iteration - self.start_iteration)
-        eta = int(pace * (self.num_iterations - iteration) + (self.aux_total / aux_done * aux_left if aux_done else 0))
-        untimed = f" + {aux_left} aux phase(s)" if aux_left and not aux_done else ""
+            with open(os.path.join(self.dir, "progress.csv"), "a", newline="") as f:
+                csv.DictWriter(f, self.columns).writerow(self.row)
+        eta = int((now - self.began) / (iteration - self.start_iteration) * (self.num_iterations - iteration))
         ret = f"{self.row['episodic_return']:8.2f} ({episodes:.0f} eps)" if episodes else "       - (0 eps)"
         say(f"iter {iteration}/{self.num_iterations} | step {self.row['global_step']:,} | return {ret} | "
-            f"sps {self.row['sps']:.0f} | eta {eta // 3600}h{eta % 3600 // 60:02d}m{untimed}")
+            f"sps {self.row['sps']:.0f} | eta {eta // 3600}h{eta % 3600 // 60:02d}m")
         self.last_time, self.watch_time = now, 0.0
 
     def check(self, iteration):
@@ -861,8 +837,6 @@ class Run:
         """Close everything; a non-finite stop or a signal exits with its message, a finished run returns its folder."""
         for s, handler in self.handlers.items():
             signal.signal(s, handler)
-        if self.rank == 0:
-            self.csv_file.close()
         self.lock.release()  # for a caller that goes on (a test, a notebook): a process that ends lets go anyway
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -875,33 +849,21 @@ class Run:
             sys.exit(128 + getattr(signal, self.signal, signal.SIGTERM))
         return self.dir
 
-    def write_config(self):
-        """Every hyperparameter after Section 4's adjustments, what the run is made of, and the package versions."""
-        args, batch_size = self.args, self.args.num_envs * self.args.num_steps
-        cpu = next((line.split(":")[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                   "") if os.path.exists("/proc/cpuinfo") else platform.processor()  # a run's speed depends on it
-        versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-                    "procgen": f"{procgen.__name__} {getattr(procgen, '__version__', 'unknown').strip()}", "cpu": cpu}
-        derived = {"batch_size": batch_size, "minibatch_size": batch_size // args.num_minibatches,
-                   "num_iterations": self.num_iterations, "device": str(self.device), "world_size": self.world_size,
-                   "global_batch_size": self.global_batch_size, "script": SCRIPT}
-        config = json.dumps({**vars(args), **derived, "versions": versions}, indent=2)
-        replace_file(os.path.join(self.dir, "config.json"), lambda tmp: open(tmp, "w").write(config))
 
-    def open_progress(self, start_iteration):
-        """progress.csv, open for appending; on resume with the rows up to the checkpoint only (written whole)."""
-        path, rows = os.path.join(self.dir, "progress.csv"), []
-        columns = [c for c in COLUMNS if not c.startswith("aux_") or "n_pi" in vars(self.args)]  # PPG's aux phase
-        if start_iteration and os.path.exists(path):
-            with open(path, newline="") as f:
-                rows = [row for row in csv.DictReader(f) if int(row["iteration"]) <= start_iteration]
-
-        def write(tmp):
-            with open(tmp, "w", newline="") as f:
-                csv.DictWriter(f, columns).writerows([dict(zip(columns, columns)), *rows])  # the header, the rows
-        replace_file(path, write)
-        csv_file = open(path, "a", newline="")
-        return csv_file, csv.DictWriter(csv_file, fieldnames=columns)
+def write_run_files(run_dir, args, columns, start_iteration, **derived):
+    """config.json: every hyperparameter after Section 4's adjustments, what the run is made of, package versions;
+    progress.csv anew, written whole: its header and, on resume, its rows up to the checkpoint's iteration."""
+    cpu = next((line.split(":")[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               "") if os.path.exists("/proc/cpuinfo") else platform.processor()  # a run's speed depends on it
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+                "procgen": f"{procgen.__name__} {getattr(procgen, '__version__', 'unknown').strip()}", "cpu": cpu}
+    config = json.dumps({**vars(args), **derived, "versions": versions}, indent=2)
+    replace_file(os.path.join(run_dir, "config.json"), lambda tmp: open(tmp, "w").write(config))
+    path, rows = os.path.join(run_dir, "progress.csv"), []
+    with contextlib.suppress(FileNotFoundError), open(path, newline="") as f:  # a new run has none
+        rows = [row for row in csv.DictReader(f) if int(row["iteration"]) <= start_iteration]
+    replace_file(path, lambda tmp: csv.DictWriter(open(tmp, "w", newline=""), columns).writerows(
+        [dict(zip(columns, columns)), *rows]))  # the header, then the rows
 
 
 if __name__ == "__main__":

@@ -79,8 +79,7 @@ class StatelessEnv:
     def step(self, actions):
         reward, done = self.reward(np.asarray(actions)), np.ones(self.num_envs, dtype=bool)
         self.obs = self.next_frame()
-        info = {"episode": {"r": reward.astype(np.float64), "l": done.astype(int)}, "_episode": done}
-        return self.obs, reward, done, ~done, info  # every episode ends: info has each one's return and length
+        return self.obs, reward, done, (reward.astype(np.float64), done.astype(int))  # each episode ends: its return, 1
 
     def reward(self, actions):
         return (actions == 3).astype(np.float32)

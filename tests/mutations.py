@@ -68,8 +68,9 @@ MUTATIONS = [
     ("init-gains-swapped", "0.01 if layer.weight.shape[0] == NUM_ACTIONS else 1.0",
      "1.0 if layer.weight.shape[0] == NUM_ACTIONS else 0.01", ["test_reward_norm.py"]),
     ("obs-after-step", "        rollout[\"obs\"][t], rollout[\"firsts\"][t] = next_obs, next_first\n",
-     "", ["test_learning.py"], "        next_first = torch.from_numpy(terminated | truncated).to(device)\n",
-     "        next_first = torch.from_numpy(terminated | truncated).to(device)\n"
+     "", ["test_learning.py"],
+     "        next_obs, next_first = torch.from_numpy(obs).to(device), torch.from_numpy(first).to(device)\n",
+     "        next_obs, next_first = torch.from_numpy(obs).to(device), torch.from_numpy(first).to(device)\n"
      "        rollout[\"obs\"][t], rollout[\"firsts\"][t] = next_obs, next_first\n"),  # the frame after the action
     ("advantage-sign", "pg_losses = -advantages * torch.exp(logp - logp_",
      "pg_losses = advantages * torch.exp(logp - logp_", ["test_learning.py"]),

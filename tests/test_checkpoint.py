@@ -1,6 +1,7 @@
 """Long runs: checkpoint, resume, SIGTERM and non-finite values (all four scripts)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -170,7 +171,8 @@ def torchrun_cmd(script, argv, workers=2):
 
 def test_a_resume_whose_workers_checkpoints_disagree_is_refused(tmp_path):
     """Every worker saves its own checkpoint: with rank 1's put back from an earlier iteration, the ranks would train
-    out of step; the resume is refused in one line instead, and rank 0's rows stay as they were."""
+    out of step; the resume is refused in one line instead, every worker exits with code 2 (having left the process
+    group: no C++ abort on the way out) unless torchrun stopped it first, and rank 0's rows stay as they were."""
     part, _ = torchrun_stand_in("ppo", tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps",
                                                  str(2 * BATCH), "--save-interval", "1"))
     old = open(os.path.join(part, "checkpoint.rank1.pt"), "rb").read()
@@ -180,6 +182,9 @@ def test_a_resume_whose_workers_checkpoints_disagree_is_refused(tmp_path):
     proc = subprocess.run(torchrun_cmd("ppo", ["--resume", part, "--total-timesteps", str(6 * BATCH)]),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "checkpoints in" in proc.stderr and "are of different iterations" in proc.stderr
+    codes = re.findall(r"exitcode *: (-?\d+) \(pid", proc.stderr)  # torchrun's report, a line per worker
+    assert len(codes) == 2 and "2" in codes and set(codes) <= {"2", "-15"}, proc.stderr[-3000:]  # -15: the launcher
+    assert "terminate called" not in proc.stderr and "SIGABRT" not in proc.stderr  # stopped the last after the first
     assert read_progress(part) == rows
 
 

@@ -11,13 +11,13 @@ from conftest import ROOT, SCRIPTS
 
 BANNER = "# APPENDIX: the machinery."
 DECOUPLING = {"docstring", "imports", "ADJUSTMENTS", "parse_args", "apply_batch_size_invariance", "EWMA", "make_batch",
-              "policy_loss", "update", "main"}
+              "policy_loss", "micro_batch_loss", "update", "main"}
 # The top-level definitions that may differ between two siblings; every other one is identical.
 MAY_DIFFER = {
     ("ppo.py", "ppo_ewma.py"): DECOUPLING,  # the paper's change (Sections 2 and 4, Appendix A)
     ("ppg.py", "ppg_ewma.py"): DECOUPLING,  # the same change on PPG
     ("ppo.py", "ppg.py"): {"docstring", "ADJUSTMENTS", "parse_args", "apply_batch_size_invariance", "PolicyNetwork",
-                           "Agent", "update", "AuxBuffer", "aux_phase", "main"},  # what PPG adds
+                           "Agent", "micro_batch_loss", "update", "AuxBuffer", "aux_phase", "main"},  # what PPG adds
 }
 
 
@@ -86,10 +86,31 @@ def test_the_appendix_is_identical_in_all_four_scripts():
                                     f"{name}.py:{banner_line[name] + i}:\n  {reference[i:i + 1]}\n  {lines[i:i + 1]}")
 
 
+# Limits that keep the teaching files lean: a new feature finds a simpler shape before it adds lines.
+LINES = {"ppo_ewma.py": 870, "ppg_ewma.py": 1000}  # whole files
+APPENDIX_LINES, DEFINITION_LINES = 360, 100  # from the APPENDIX banner to the end; any class or function of ppo_ewma
+STORY_LINES = {"main": 45, "update": 20}  # ppo_ewma.py's outline and its update: the paper's loop, read at a glance
+DIFF_LINES = {("ppo.py", "ppo_ewma.py"): 84, ("ppg.py", "ppg_ewma.py"): 89}  # changed lines, '-' and '+' together
+
+
+def test_the_scripts_stay_within_their_line_limits():
+    lengths = {name: read(name).count("\n") for name in LINES}
+    assert all(lengths[name] <= most for name, most in LINES.items()), lengths
+    appendices = {name: read(f"{name}.py").split(BANNER)[1].count("\n") for name in SCRIPTS}
+    assert all(n <= APPENDIX_LINES for n in appendices.values()), appendices
+    tree = ast.parse(read("ppo_ewma.py"))
+    sizes = {node.name: node.end_lineno - node.lineno + 1 for node in tree.body
+             if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    assert max(sizes.values()) <= DEFINITION_LINES, max(sizes.items(), key=lambda item: item[1])
+    assert all(sizes[name] <= most for name, most in STORY_LINES.items()), {k: sizes[k] for k in STORY_LINES}
+    diffs = {pair: len(changed_lines(*pair)) for pair in DIFF_LINES}
+    assert all(diffs[pair] <= most for pair, most in DIFF_LINES.items()), diffs
+
+
 # What the EWMA diffs may remove (the baseline's single old policy, its title, its list of adjustments, the update's
 # signature and call) and add outside the EWMA class (the proximal and behaviour policies, the EWMA, the title).
 REMOVED = re.compile(r"old|recent|behav|^\"\"\"PP[OG]|Batch size-invariance for|python pp[og].py|ADJUSTMENTS|"
-                     r"def update|= update\(|"
+                     r"def update|= update\(|def micro_batch_loss|= micro_batch_loss\(|"
                      r"Losses \(PPO|Returns the mean diagnostics")
 ADDED = re.compile(r"prox|ewma|EWMA|behav|recent|^\"\"\"PP[OG]-EWMA|Hilton|import copy|ADJUSTMENTS|Losses \(decoupled|"
                    r"train_pi|policy step|step. Returns the mean diagnostics")
@@ -98,9 +119,10 @@ ADDED = re.compile(r"prox|ewma|EWMA|behav|recent|^\"\"\"PP[OG]-EWMA|Hilton|impor
 @pytest.mark.parametrize("pair", [("ppo.py", "ppo_ewma.py"), ("ppg.py", "ppg_ewma.py")])
 def test_every_line_of_an_ewma_diff_is_about_the_old_proximal_or_behaviour_policy(pair):
     ewma = definitions(pair[1])["EWMA"]
+    added = {n for side, n, _ in changed_lines(*pair) if side == "+"}
+    assert set(range(ewma[1], ewma[2] + 1)) <= added  # the EWMA class is added whole
     changed = [(side, n, text) for side, n, text in changed_lines(*pair) if text.strip()]
     outside = [(side, n, text) for side, n, text in changed if not (side == "+" and ewma[1] <= n <= ewma[2])]
-    assert len(changed) - len(outside) > 20  # the EWMA class is added whole
     for side, n, text in outside:
         assert (REMOVED if side == "-" else ADDED).search(text), f"{pair} {side}{n}: {text}"
 
@@ -109,17 +131,22 @@ def test_ppg_ewma_adds_exactly_what_ppo_ewma_adds():
     """The decoupling/EWMA lines are the same in both pairs, once PPG's names read as PPO's (its policy network
     `agent.policy` is PPO's `agent`). Beyond them PPG-EWMA adds only what its phases need: the EWMA update under
     `if train_pi` (PPG's value epochs take steps without the policy), its reset at each policy phase, and the update
-    docstring saying so; the lists of adjustments differ by N_pi."""
+    docstring saying so; the lists of adjustments differ by N_pi, and PPG's micro-batch function takes the epoch's
+    flags (which networks train) after the EWMA."""
     def added(a, b):
         return {" ".join(text.replace("agent.policy", "agent").replace("ppg", "ppo").replace("PPG", "PPO").split())
                 for side, _, text in changed_lines(a, b) if side == "+" and text.strip()}
     ppo_added, ppg_added = added("ppo.py", "ppo_ewma.py"), added("ppg.py", "ppg_ewma.py")
     assert {line.split(" # ")[0] for line in ppo_added - ppg_added} == {
-        'ADJUSTMENTS = ("lr", "prox", "adv")', "ewma.update(agent)"}
+        'ADJUSTMENTS = ("lr", "prox", "adv")', "ewma.update(agent)",
+        "def micro_batch_loss(agent, batch, idx, args, ewma):",
+        "loss, diagnostics = micro_batch_loss(agent, batch, idx, args, ewma)"}
     assert {line.split(" # ")[0] for line in ppg_added - ppo_added} == {
         'ADJUSTMENTS = ("lr", "prox", "adv", "n_pi")', "ewma.update(agent)", "if train_pi:", "ewma.reset(agent)",
         "(Table 3), the two networks' losses summed where both train, the EWMA updated after each policy",
-        'step. Returns the mean diagnostics."""'}
+        'step. Returns the mean diagnostics."""',
+        "def micro_batch_loss(agent, batch, idx, args, ewma, train_pi, train_v):",
+        "loss, diagnostics = micro_batch_loss(agent, batch, idx, args, ewma, train_pi, train_v)"}
 
 
 def test_scripts_import_nothing_from_each_other():
@@ -133,7 +160,7 @@ def test_scripts_import_nothing_from_each_other():
 # to understand the algorithm above it.
 MACHINERY_CALLS = {"check_args", "resume_args", "setup", "evaluate_saved_agent", "Run", "average_gradients",
                    "all_reduce_sum", "say", "cpu_threads", "worker", "checkpoint_path", "load_checkpoint",
-                   "save_checkpoint"}
+                   "save_checkpoint", "prepare_networks"}
 
 
 @pytest.mark.parametrize("name", [f"{s}.py" for s in SCRIPTS])

@@ -32,7 +32,9 @@ def test_video_and_evaluation_never_change_training(tmp_path):
 def level_seeds(env):
     """The level each of the script's Procgen envs is playing: a list of infos from procgen-mirror's gym3 env, arrays
     from procgen-gym's (whose reset only looks)."""
-    return [info["level_seed"] for info in env.venv.get_info()] if env.gym3 else env.venv.reset()[1]["level_seed"]
+    if hasattr(env.games, "get_info"):
+        return [info["level_seed"] for info in env.games.get_info()]
+    return env.games.reset()[1]["level_seed"]
 
 
 @pytest.mark.parametrize("start_level,num_levels", [(0, 20), (100, 5)])

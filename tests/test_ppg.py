@@ -4,7 +4,6 @@ import copy
 import math
 import os
 import signal
-import types
 
 import pytest
 import torch
@@ -381,27 +380,3 @@ def test_under_staleness_the_first_iterations_count_toward_the_run_and_the_phase
     assert int(rows[-1]["global_step"]) == 4 * BATCH
     out = capsys.readouterr().out
     assert "aux epoch 1/1 over 4 trajectories" in out and "aux epoch 1/1 over 8 trajectories" in out
-
-
-def test_the_eta_counts_the_aux_phases_left_at_this_processs_mean_aux_phase(capsys, monkeypatch):
-    """The console's ETA: the iterations left at this process's pace (100 s each here), plus PPG's aux phases left at
-    this process's mean aux phase (3,000 s); before one ran here it names them rather than leave them out (the average
-    over the whole run said "eta 0h03m" at iteration 63 of 64, the second aux phase's hours ahead). The appendix's
-    Run.log, the same in all four scripts: PPO, with no aux phase, counts the iterations alone; a resumed run goes at
-    its own pace, not the checkpoint's time_s (another machine's, maybe)."""
-    def eta(name, iteration, stats, seconds, start_iteration=0, aux_total=0.0):  # `seconds` since this process began
-        module = load(name)
-        monkeypatch.setattr(module.time, "time", lambda: 10_000.0)
-        run = types.SimpleNamespace(args=module.parse_args(tiny_argv(name, "--n-pi", "4") if "ppg" in name else []),
-                                    rank=1, device="cpu", num_iterations=8, global_batch_size=BATCH, start_time=0.0,
-                                    last_time=10_000.0 - 100 - stats.get("aux_time_s", 0), watch_time=0.0,
-                                    began=10_000.0 - seconds, start_iteration=start_iteration, aux_total=aux_total)
-        module.Run.log(run, iteration, stats, {"episode_returns": [], "episode_lengths": []})
-        return capsys.readouterr().out.split("| eta ")[1].strip()
-
-    assert eta("ppg", 3, {}, 300) == "0h08m + 2 aux phase(s)"  # 5 x 100 s, and phases 1 and 2 ahead, untimed
-    assert eta("ppg", 4, {"aux_time_s": 3000.0}, 3400) == "0h56m"  # 4 x 100 + 3000
-    assert eta("ppg", 7, {}, 3700, aux_total=3000.0) == "0h51m"  # 100 + 3000
-    assert eta("ppg", 7, {}, 200, start_iteration=5) == "0h01m + 1 aux phase(s)"  # resumed mid-phase: none ran here
-    assert eta("ppg", 8, {"aux_time_s": 3000.0}, 3800) == "0h00m"
-    assert eta("ppo", 3, {}, 100, start_iteration=2) == "0h08m"  # the whole run's mean (start_time 0) says 4h37m

@@ -28,16 +28,16 @@ SETTINGS = {"easy": dict(distribution_mode="easy", num_levels=0, start_level=0, 
 
 def rollout(ppo, actions, distribution_mode, num_levels, start_level, seed):
     """Frame digests (STEPS + 1, NUM_ENVS, 32), rewards, firsts, and each finished episode's (step, env, return,
-    length) from the env's info, as the scripts see them (ProcgenVecEnv)."""
+    length), as the scripts see them (ProcgenVecEnv)."""
     envs = ppo.ProcgenVecEnv("starpilot", NUM_ENVS, distribution_mode, num_levels, start_level, seed)
     obs = envs.obs
     digests, rewards, firsts, episodes = [obs], [], [], []
     for t, action in enumerate(actions):
-        obs, reward, terminated, truncated, info = envs.step(action)
-        assert obs.shape == (NUM_ENVS, 64, 64, 3) and obs.dtype == np.uint8 and not truncated.any()
-        digests.append(obs), rewards.append(reward), firsts.append(terminated)
-        for env in np.flatnonzero(info.get("_episode", [])):
-            episodes.append((t, env, info["episode"]["r"][env], info["episode"]["l"][env]))
+        obs, reward, first, (returns, lengths) = envs.step(action)
+        assert obs.shape == (NUM_ENVS, 64, 64, 3) and obs.dtype == np.uint8 and first.dtype == bool
+        digests.append(obs), rewards.append(reward), firsts.append(first)
+        for env in np.flatnonzero(first):
+            episodes.append((t, env, returns[env], lengths[env]))
     digests = np.array([[np.frombuffer(hashlib.sha256(frame.tobytes()).digest(), np.uint8) for frame in frames]
                         for frames in digests])
     return {"digests": digests, "rewards": np.array(rewards), "firsts": np.array(firsts),
@@ -65,7 +65,7 @@ def test_starpilot_frames_rewards_and_episode_ends_match_procgen_mirrors(setting
 
 def test_the_recording_holds_episode_ends_and_rewards():
     """The comparison above is only as strong as the rollout: it must cross episode ends (the same-step reset)
-    and collect rewards, and RecordEpisodeStatistics' returns must be the rewards summed since each episode began."""
+    and collect rewards, and the episodes' returns must be the rewards summed since each episode began."""
     recorded = np.load(DATA)
     for setting in SETTINGS:
         rewards, firsts = recorded[f"{setting}_rewards"], recorded[f"{setting}_firsts"]

@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import types
 
 import torch
 
@@ -46,3 +47,22 @@ def test_total_timesteps_is_never_cut_short(tmp_path):
                                          "--total-timesteps", str(BATCH + 36)))
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert config["num_iterations"] == 2  # 1.56 iterations
+
+
+def test_the_eta_goes_at_this_processs_pace(capsys, monkeypatch):
+    """The console's ETA: the iterations left at this process's mean time per iteration (the appendix's Run.log, the
+    same in all four scripts). PPG's aux phases count in that pace once one has run here; before that each prints its
+    epochs' times as they go. A resumed run goes at its own pace, not the checkpoint's time_s (another machine's,
+    maybe)."""
+    def eta(name, iteration, seconds, start_iteration=0):  # `seconds` since this process began
+        module = load(name)
+        monkeypatch.setattr(module.time, "time", lambda: 10_000.0)
+        run = types.SimpleNamespace(args=module.parse_args(tiny_argv(name)), rank=1, device="cpu", num_iterations=8,
+                                    global_batch_size=BATCH, start_time=0.0, last_time=10_000.0 - 100, watch_time=0.0,
+                                    began=10_000.0 - seconds, start_iteration=start_iteration)
+        module.Run.log(run, iteration, {}, {"episode_returns": [], "episode_lengths": []})
+        return capsys.readouterr().out.split("| eta ")[1]
+
+    assert eta("ppo", 3, 300) == "0h08m\n"  # 5 iterations left at 100 s each, and nothing after it
+    assert eta("ppg", 4, 3400) == "0h56m\n"  # 4 iterations took 3,400 s, an aux phase among them: 4 left at 850 s
+    assert eta("ppo", 3, 100, start_iteration=2) == "0h08m\n"  # the whole run's mean (start_time 0) says 4h37m
