@@ -29,6 +29,8 @@ the pilot's checkpoint. One run at a time on both cores into runs/fig4_cpu, each
 finishes (runs there are skipped: the same command continues the sweep in a later session). Output, from
 data/runs alone: the pilot's table, per game the mean return per 100k env steps of every run and the difference
 PPO-EWMA minus PPO over the last 10% of the env steps (900k-1M), docs/figures/fig4_cpu.png and fig4_cpu_summary.csv.
+Runs made on a GPU count too, from data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains the pilots and the
+picked games' runs there, eight at a time (--cpu --committed data/runs/gpu --parallel 8).
 
 Resumable: finished runs (exp_name fig4__<script>, matching config, progress reaching --total-timesteps)
 are skipped.
@@ -56,7 +58,7 @@ UNTUNED = ("heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "st
 CPU = {"algorithms": ["ppo", "ppo_ewma"], "envs": ["starpilot"], "candidates": list(UNTUNED[:-1]), "pick": 2,
        "pilot_iterations": 16, "score_iterations": 3, "seeds": [1, 2], "total_timesteps": 1_000_000,
        "distribution_mode": "easy", "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "defaults": True,
-       "save_model": True, "committed": sweep.COMMITTED,
+       "save_model": True, "committed": sweep.COMMITTED, "records": [sweep.COMMITTED, sweep.GPU_RUNS],
        "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
        "estimate_note": "from ppo.py's pilots and ppo_ewma.py's README runs, one at a time on 2 cores (AMD EPYC, Zen 4)"}
 TINY_CPU = {"envs": [], "candidates": ["maze", "heist"], "pick": 1, "pilot_iterations": 2, "score_iterations": 1}
@@ -212,7 +214,7 @@ def main_cpu(args):
     """Train the pilots still to do, pick the games, then train and show the comparison."""
     pilots = pilot_runs(args)
     sweep.run_sweep(args, pilots)
-    scores = pilot_scores(sweep.select_runs(pilots, args.committed or args.runs_dir), args)
+    scores = pilot_scores(sweep.select_runs(pilots, *(sweep.record_dirs(args) or [args.runs_dir])), args)
     k = args.score_iterations
     print(f"Pilots (ppo.py, seed 1, {args.pilot_iterations} iterations): mean return of the first and the last {k} "
           f"iterations\n\n" + analysis.markdown_table(

@@ -46,6 +46,7 @@ SCRIPTS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
 CHECKPOINT = "checkpoint.pt"  # what the scripts write with --save-model
 DATA = os.path.join(ROOT, "data")  # what the repository keeps of runs: data/README.md
 COMMITTED = os.path.join(DATA, "runs")  # finished runs' config.json and progress.csv
+GPU_RUNS = os.path.join(COMMITTED, "gpu")  # those made on a lent GPU (experiments/tools/gpu_check.sh)
 CLEANRL_RUNS = os.path.join(DATA, "cleanrl")  # CleanRL's own scripts run as controls: their episodes, a CSV per run
 
 
@@ -222,11 +223,12 @@ def commit(run_dir, committed):
     return target
 
 
-def select_runs(runs, runs_dir):
-    """The newest finished folder of each planned Job, loaded, with its tags: a list of loaded runs."""
+def select_runs(runs, *dirs):
+    """The newest finished folder of each planned Job in the first of `dirs` that has one, loaded, with its tags: a
+    list of loaded runs."""
     selected = []
     for run in runs:
-        run_dir = find_finished(run, runs_dir)
+        run_dir = next(filter(None, (find_finished(run, d) for d in dirs)), None)
         if run_dir:
             loaded = analysis.load_run(run_dir)
             loaded["tags"] = dict(run.tags)
@@ -268,16 +270,17 @@ def cpu_seconds(run, sps_per_core=None, steps=None):
     return (run.total_timesteps if steps is None else steps) / sps * (1 + 0.1 * math.log2(divisor))
 
 
-def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=print, committed=None):
+def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=print, committed=None, records=()):
     """Train every run not finished yet, at most `parallel` at a time; returns the runs that failed.
 
     The longest runs start first; a run with a checkpoint goes on from it. Each run's output goes to
-    <runs_dir>/logs/<env>__<exp-name>__<seed>.log. With `committed`, runs finished there are skipped and
-    every run finished in runs_dir is committed there (also one that finished in an earlier session)."""
+    <runs_dir>/logs/<env>__<exp-name>__<seed>.log. With `committed`, runs finished there (or in `records`, other
+    folders of committed runs) are skipped and every run finished in runs_dir is committed there (also one that
+    finished in an earlier session)."""
     os.makedirs(os.path.join(runs_dir, "logs"), exist_ok=True)
     pending = []
     for run in sorted(unique_runs(runs), key=cpu_seconds, reverse=True):
-        if committed and is_finished(run, committed):
+        if any(is_finished(run, d) for d in (committed, *records) if d):
             log(f"skip (committed): {run.env_id} {run.exp_name} seed {run.seed}")
         elif is_finished(run, runs_dir):
             log(f"skip (finished): {run.env_id} {run.exp_name} seed {run.seed}")
@@ -327,7 +330,7 @@ def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=pri
 CPU_SPS_PER_CORE = {"ppo": 130, "ppo_ewma": 90, "ppg": 30, "ppg_ewma": 28}
 TINY = {"envs": ["starpilot"], "seeds": [1], "distribution_mode": "easy", "num_envs": 4, "num_steps": 32,
         "num_minibatches": 2, "total_timesteps": 512, "n_pi": 2, "e_aux": 1, "parallel": 2, "no_cuda": True,
-        "committed": None, "out_dir": None, "summary_dir": None}  # tiny runs never land in data/ or docs/
+        "committed": None, "records": [], "out_dir": None, "summary_dir": None}  # tiny runs: not in data/ or docs/
 
 
 def sweep_parser(description, epilog=""):
@@ -423,9 +426,8 @@ def run_sweep(args, runs, shown=None):
     `runs`), with tags."""
     for run in runs:
         run.extra = shlex.split(args.extra)
-    committed = args.committed
-    todo = [run for run in unique_runs(runs)
-            if not is_finished(run, args.runs_dir) and not (committed and is_finished(run, committed))]
+    committed, dirs = args.committed, record_dirs(args)
+    todo = [run for run in unique_runs(runs) if not any(is_finished(run, d) for d in [args.runs_dir, *dirs])]
 
     def steps_left(run):  # a run with a checkpoint goes on from it
         resumable = find_resumable(run, args.runs_dir)
@@ -442,13 +444,20 @@ def run_sweep(args, runs, shown=None):
             print(shlex.join(launch_command(run, args.runs_dir)))
         return None
     if not args.plot_only:
-        args.failed = run_all(runs, args.runs_dir, args.parallel, args.cores_per_run, committed=committed)
+        args.failed = run_all(runs, args.runs_dir, args.parallel, args.cores_per_run, committed=committed,
+                              records=dirs)
     shown = shown or runs
-    loaded = select_runs(shown, committed or args.runs_dir)  # committed: every finished run has been copied there
+    loaded = select_runs(shown, *(dirs or [args.runs_dir]))  # committed: every finished run has been copied there
     print(f"{len({r['dir'] for r in loaded})}/{len(unique_runs(shown))} runs finished"
           + (f" in {committed}" if committed else "") + (f"; {len(args.failed)} failed" if args.failed else ""),
           flush=True)
     return loaded
+
+
+def record_dirs(args):
+    """Where finished runs are looked for besides --runs-dir: --committed (where new ones are copied), then the
+    preset's other folders of committed runs ("records": e.g. the --cpu presets' runs on a GPU, data/runs/gpu)."""
+    return list(dict.fromkeys(d for d in [args.committed, *getattr(args, "records", ())] if d))
 
 
 def sweep_main(args, runs, tag_names, summary_name, figure_name, make_figure, summarize=None, shown=None):

@@ -513,20 +513,22 @@ def test_fig4_cpu_picks_the_games_by_the_pilots_normalised_rise_and_plans_both_s
     assert sorted(line.split()[1].rsplit("/", 1)[1] for line in planned) == ["ppo.py", "ppo_ewma.py"]
 
 
-def test_fig4_cpu_tables_give_the_last_tenth_of_each_run_and_the_verdict_by_hand(tmp_path, capsys):
+def test_fig4_cpu_tables_give_the_last_tenth_of_each_run_and_the_verdict_by_hand(tmp_path, capsys, monkeypatch):
     ewma = load_experiment("fig4_ewma_vs_baseline")
-    committed = tmp_path / "committed"
+    committed, gpu = tmp_path / "committed", tmp_path / "gpu"  # PPO-EWMA's runs made on a GPU, as data/runs/gpu
+    monkeypatch.setitem(ewma.TINY_CPU, "records", [str(committed), str(gpu)])
     argv = ["--cpu", "--tiny", "--runs-dir", str(tmp_path / "runs"), "--committed", str(committed),
-            "--out-dir", str(tmp_path), "--plot-only", "--seeds", "1", "2"]
+            "--out-dir", str(tmp_path), "--seeds", "1", "2"]
     args = ewma.parse_args(argv)
     for pilot, returns in zip(ewma.pilot_runs(args), ([1.0, 9.0], [4.0, 5.0])):  # maze is picked
         write_run(committed, pilot.env_id, "ppo", 1, returns + [3.0, 6.0], config=recorded_config(pilot))
     jobs = {(j.script, j.seed): j for j in ewma.comparison_runs(args, ["maze"])}
     # 4 iterations of 128 env steps: the last tenth of 512, (460.8, 512], is the 4th iteration alone
     write_run(committed, "maze", "ppo", 2, [2.0, 2.0, 2.0, 8.0], config=recorded_config(jobs["ppo", 2]))
-    write_run(committed, "maze", "ppo_ewma", 1, [5.0, 5.0, 5.0, 9.0], config=recorded_config(jobs["ppo_ewma", 1]))
-    write_run(committed, "maze", "ppo_ewma", 2, [5.0, 5.0, 5.0, 10.0], config=recorded_config(jobs["ppo_ewma", 2]))
-    figure, summary = ewma.main(argv)
+    write_run(gpu, "maze", "ppo_ewma", 1, [5.0, 5.0, 5.0, 9.0], config=recorded_config(jobs["ppo_ewma", 1]))
+    write_run(gpu, "maze", "ppo_ewma", 2, [5.0, 5.0, 5.0, 10.0], config=recorded_config(jobs["ppo_ewma", 2]))
+    assert ewma.main(argv + ["--dry-run"]) is None and "4 runs planned, 0 still to train" in capsys.readouterr().out
+    figure, summary = ewma.main(argv + ["--plot-only"])
     out = capsys.readouterr().out
     # PPO 6 and 8, PPO-EWMA 9 and 10: +2.50, above the larger spread (2.00)
     assert "| maze | 6.00, 8.00 | 9.00, 10.00 | +2.50 | 2.00 | ahead |" in out

@@ -12,6 +12,7 @@
 #     source .gpu/setup.sh && experiments/tools/gpu_check.sh seeds 500  # both again at seeds 2 and 3, four runs at once
 #     source .gpu/setup.sh && OURS_ONLY=1 PPG="--init normed --exp-name ppg_init_normed" \
 #       experiments/tools/gpu_check.sh seeds 450                        # a probe: ppg.py with other options, seeds 2, 3
+#     source .gpu/setup.sh && experiments/tools/gpu_check.sh fig4 540   # Fig. 4 at laptop scale: pilots, pick, 8 runs
 # The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (default
 # /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" experiments/tools/gpu_check.sh learn 120
@@ -20,6 +21,7 @@
 #       experiments/tools/gpu_check.sh ppg 200
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" \
 #       CLEANRL_SIZES="--num-envs 8 --num-steps 32 --n-iteration 2" STEPS=1024 experiments/tools/gpu_check.sh seeds 120
+#     CUDA=--no-cuda FIG4=--tiny FIG4_RUNS=/tmp/fig4_try experiments/tools/gpu_check.sh fig4 120
 set -uo pipefail
 cd "$(dirname "$0")/../.."  # the repository root
 OUT=${OUT:-/tmp/gpu_check}
@@ -28,7 +30,7 @@ SIZES=${SIZES:-}   # e.g. --num-envs 8 --num-steps 32 (bench_speed.py and the tr
 PPG=${PPG:-}       # PPG scripts only, e.g. --n-pi 2
 mkdir -p "$OUT"
 STEPS=${STEPS:-1048576}  # ppg: the env steps of both PPG runs (two whole phases of 64 x 256 x 32)
-mode=${1:?usage: gpu_check.sh prep CLEANRL_CLONE | speed SECONDS | learn SECONDS | ppg SECONDS | seeds SECONDS}
+mode=${1:?usage: gpu_check.sh prep CLEANRL_CLONE | speed SECONDS | learn SECONDS | ppg SECONDS | seeds SECONDS | fig4 SECONDS}
 
 if [ "$mode" = prep ]; then
   mkdir -p .gpu/cleanrl/whl
@@ -138,6 +140,18 @@ if [ "$mode" = seeds ]; then
   for d in $runs/*/; do echo "$(basename $d): $(tail -1 $d/progress.csv | cut -d, -f1-2) (iteration, env steps)"; done
   tail -qn1 "$OUT"/cleanrl_ppg_seed*.log 2>/dev/null
   tar czf /tmp/seeds.tgz -C "$OUT" . && find "$OUT" -mindepth 1 ! -name machine.txt -delete && mv /tmp/seeds.tgz "$OUT/"
+  exit 0
+fi
+if [ "$mode" = fig4 ]; then
+  # Fig. 4 at laptop scale (experiments/fig4_ewma_vs_baseline.py --cpu, the same runs) on the GPU: the pilots, the pick,
+  # then the picked games' runs, eight at a time on the one GPU, an eighth of the cores each (StarPilot's are the
+  # README's, in data/runs). Each finished run's config.json and progress.csv goes to FIG4_RUNS (data/runs/gpu) and
+  # comes back in fig4.tgz, with the runs' logs and the progress.csv of any run the deadline cut.
+  FIG4_RUNS=${FIG4_RUNS:-data/runs/gpu}; mkdir -p "$FIG4_RUNS"
+  timeout -k 20 "$(left 30)" python3 experiments/fig4_ewma_vs_baseline.py --cpu --committed "$FIG4_RUNS" \
+    --runs-dir $runs/fig4 --parallel 8 --cores-per-run $((n >= 8 ? n / 8 : 1)) --out-dir "$OUT" $CUDA ${FIG4:-} \
+    2>&1 | tee "$OUT/fig4.log"
+  tar czf "$OUT/fig4.tgz" --exclude=checkpoint.pt --exclude=run.lock "$FIG4_RUNS" $runs/fig4 2>/dev/null
   exit 0
 fi
 echo "gpu_check.sh: unknown mode $mode" >&2; exit 2
