@@ -29,7 +29,7 @@ copied to data/runs when it finishes (the same command continues the sweep in a 
 README's ppo.py run (at K = 0 the three objectives are one). An iteration is 16,384 env steps here (the paper's
 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone: docs/figures/fig1_cpu.png (the
 return over the last 10% of the env steps against K, one line per objective; each objective's learning curves),
-fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run and over the last 10%.
+data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run and over the last 10%.
 
 Resumable: finished runs (same exp_name, e.g. fig1__ppo__old-recent__stale4, matching config, progress
 reaching --total-timesteps) are skipped, so rerunning the same command continues an interrupted sweep.
@@ -56,7 +56,7 @@ QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 49_152, "distri
 CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distribution_mode": "easy",
        "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "staleness_values": [0, 2, 8], "defaults": True,
        "save_model": True, "committed": sweep.COMMITTED,
-       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "sps_per_core": {"ppo": 235, "ppo_ewma": 235},
+       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA, "sps_per_core": {"ppo": 235, "ppo_ewma": 235},
        "estimate_note": "from ppo.py's runs at K = 0, one at a time on 2 cores (AMD EPYC, Zen 4)"}
 
 

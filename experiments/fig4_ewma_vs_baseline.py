@@ -28,7 +28,7 @@ its last 3 are compared. Each pilot is the first 16 iterations of its game's ppo
 the pilot's checkpoint. One run at a time on both cores into runs/fig4_cpu, each copied to data/runs when it
 finishes (runs there are skipped: the same command continues the sweep in a later session). Output, from
 data/runs alone: the pilot's table, per game the mean return per 100k env steps of every run and the difference
-PPO-EWMA minus PPO over the last 10% of the env steps (900k-1M), docs/figures/fig4_cpu.png and fig4_cpu_summary.csv.
+PPO-EWMA minus PPO over the last 10% of the env steps (900k-1M), docs/figures/fig4_cpu.png and data/fig4_cpu_summary.csv.
 Runs made on a GPU count too, from data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains the pilots and the
 picked games' runs there, eight at a time (--cpu --committed data/runs/gpu --parallel 8).
 
@@ -59,7 +59,7 @@ CPU = {"algorithms": ["ppo", "ppo_ewma"], "envs": ["starpilot"], "candidates": l
        "pilot_iterations": 16, "score_iterations": 3, "seeds": [1, 2], "total_timesteps": 1_000_000,
        "distribution_mode": "easy", "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "defaults": True,
        "save_model": True, "committed": sweep.COMMITTED, "records": [sweep.COMMITTED, sweep.GPU_RUNS],
-       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
+       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA, "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
        "estimate_note": "from ppo.py's pilots and ppo_ewma.py's README runs, one at a time on 2 cores (AMD EPYC, Zen 4)"}
 TINY_CPU = {"envs": [], "candidates": ["maze", "heist"], "pick": 1, "pilot_iterations": 2, "score_iterations": 1}
 
@@ -170,18 +170,22 @@ def cpu_rows(loaded, args):
 
 
 def verdicts(rows):
-    """Per game: PPO's and PPO-EWMA's seeds, the difference of their means and the verdict: ahead or behind if the
-    difference is larger than the spread (max - min) of either script's seeds, else level."""
+    """Per game: PPO's and PPO-EWMA's seeds, the difference of their means, the difference seed by seed, and the
+    verdict: ahead or behind if the difference is larger than the spread (max - min) of either script's seeds, else
+    level."""
     table = []
     for env in sorted({r["env"] for r in rows}, key=lambda e: (e != "starpilot", e)):
-        finals = {a: [r["final_return"] for r in rows if r["env"] == env and r["algorithm"] == a] for a in PAIRS[0]}
+        finals = {a: {r["seed"]: r["final_return"] for r in rows if r["env"] == env and r["algorithm"] == a}
+                  for a in PAIRS[0]}
         if not all(finals.values()):
             continue
-        diff = np.mean(finals["ppo_ewma"]) - np.mean(finals["ppo"])
-        spread = max(max(v) - min(v) for v in finals.values())
+        ewma, ppo = (list(finals[a].values()) for a in PAIRS[0])
+        diff = np.mean(ewma) - np.mean(ppo)
+        spread = max(max(v) - min(v) for v in (ewma, ppo))
+        paired = [finals["ppo_ewma"][s] - finals["ppo"][s] for s in sorted(finals["ppo"]) if s in finals["ppo_ewma"]]
         verdict = "ahead" if diff > spread else "behind" if diff < -spread else "level"
-        table.append([env, ", ".join(f"{v:.2f}" for v in finals["ppo"]), ", ".join(f"{v:.2f}" for v in finals["ppo_ewma"]),
-                      f"{diff:+.2f}", f"{spread:.2f}", verdict])
+        table.append([env, ", ".join(f"{v:.2f}" for v in ppo), ", ".join(f"{v:.2f}" for v in ewma), f"{diff:+.2f}",
+                      ", ".join(f"{d:+.2f}" for d in paired), f"{spread:.2f}", verdict])
     return table
 
 
@@ -190,7 +194,7 @@ def make_cpu_figure(loaded, rows, args, out):
     return per 100k env steps of every run, and the verdicts."""
     loaded = [analysis.without_resumed(r) for r in loaded]
     envs = sorted({r["config"]["env_id"] for r in loaded}, key=lambda e: (e != "starpilot", e))
-    fig, axes = figures.subplots(len(envs), "Figure 4 at CPU scale: PPO-EWMA against PPO",
+    fig, axes = figures.subplots(len(envs), "Figure 4 at laptop scale: PPO-EWMA against PPO",
                                  argparse.Namespace(**{**vars(args), "envs": envs}))
     for ax, env in zip(axes, envs):
         for script in args.algorithms:
@@ -206,8 +210,8 @@ def make_cpu_figure(loaded, rows, args, out):
         print(f"\n{env}: mean episodic return per 100,000 env steps\n\n{analysis.window_table(runs, labels, 100_000)}")
     low, high = final_window(args)
     print(f"\nMean return over ({analysis.steps_text(low)}, {analysis.steps_text(high)}] env steps\n\n"
-          + analysis.markdown_table(["game", "PPO (seeds)", "PPO-EWMA (seeds)", "PPO-EWMA - PPO", "seeds' spread",
-                                     "verdict"], verdicts(rows)))
+          + analysis.markdown_table(["game", "PPO (seeds)", "PPO-EWMA (seeds)", "PPO-EWMA - PPO", "seed by seed",
+                                     "seeds' spread", "verdict"], verdicts(rows)))
 
 
 def main_cpu(args):

@@ -449,7 +449,7 @@ def run_sweep(args, runs, shown=None):
     shown = shown or runs
     loaded = select_runs(shown, *(dirs or [args.runs_dir]))  # committed: every finished run has been copied there
     print(f"{len({r['dir'] for r in loaded})}/{len(unique_runs(shown))} runs finished"
-          + (f" in {committed}" if committed else "") + (f"; {len(args.failed)} failed" if args.failed else ""),
+          + (f" in {' and '.join(dirs)}" if dirs else "") + (f"; {len(args.failed)} failed" if args.failed else ""),
           flush=True)
     return loaded
 

@@ -18,6 +18,7 @@ learning_curve = load_experiment("learning_curve")
 batch_size = load_experiment("fig2_batch_size")
 ablation = load_experiment("cleanrl_ablation")
 staleness = load_experiment("fig1_staleness")
+ewma_vs_ppo = load_experiment("fig4_ewma_vs_baseline")
 
 # The flags that say which run it is, given on its command line whatever their value.
 IDENTITY = ("env_id", "seed", "exp_name", "total_timesteps", "batch_divisor", "update_epochs", "no_adjust")
@@ -249,7 +250,7 @@ def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed
     """Every `python experiments/...` command in docs/results.md that prints tables from data/runs (not one that
     trains) prints, run now, tables that results.md shows verbatim; and the README's speed table is one of them."""
     results = open(os.path.join(ROOT, "docs", "results.md")).read()
-    commands = re.findall(r"^python (experiments/(?:tools/)?(?:learning_curve|cleanrl_ablation|fig2_batch_size)\.py"
+    commands = re.findall(r"^python (experiments/(?:tools/)?(?:learning_curve|cleanrl_ablation|fig2_batch_size|fig4_ewma_vs_baseline)\.py"
                           r"(?:[^\n]*\\\n)*[^\n]*)", results, re.M)
     printed = []
     for command in commands:
@@ -258,11 +259,10 @@ def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed
             continue
         argv = [os.path.join(ROOT, a) if a.startswith(("data/", "docs/")) else a for a in argv[1:]]
         argv = [a for i, a in enumerate(argv) if "-o" not in argv[i - 1:i + 1]]  # no -o FILE: ours in tmp_path
-        runner = {"learning_curve": learning_curve, "cleanrl_ablation": ablation, "fig2_batch_size": batch_size}[
-            os.path.basename(command.split()[0])[:-3]]
-        runner.main(argv + {learning_curve: ["-o", str(tmp_path / "figure.png")], ablation: [],
-                            batch_size: ["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path),
-                                         "--summary-dir", str(tmp_path)]}[runner])
+        runner = {"learning_curve": learning_curve, "cleanrl_ablation": ablation, "fig2_batch_size": batch_size,
+                  "fig4_ewma_vs_baseline": ewma_vs_ppo}[os.path.basename(command.split()[0])[:-3]]
+        in_tmp = ["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path), "--summary-dir", str(tmp_path)]
+        runner.main(argv + {learning_curve: ["-o", str(tmp_path / "figure.png")], ablation: []}.get(runner, in_tmp))
         tables = markdown_tables(capsys.readouterr().out)
         missing = [t.splitlines()[0] for t in tables if t not in results]
         assert tables and not missing, f"python {command}: printed, not in docs/results.md: {missing}"

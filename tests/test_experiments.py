@@ -531,11 +531,12 @@ def test_fig4_cpu_tables_give_the_last_tenth_of_each_run_and_the_verdict_by_hand
     figure, summary = ewma.main(argv + ["--plot-only"])
     out = capsys.readouterr().out
     # PPO 6 and 8, PPO-EWMA 9 and 10: +2.50, above the larger spread (2.00)
-    assert "| maze | 6.00, 8.00 | 9.00, 10.00 | +2.50 | 2.00 | ahead |" in out
+    assert "| maze | 6.00, 8.00 | 9.00, 10.00 | +2.50 | +3.00, +2.00 | 2.00 | ahead |" in out
     assert "| (0, 100k] | 4.75 | 3.50 | 6.00 | 6.25 |" in out  # per 100k: PPO seeds 1, 2, then PPO-EWMA's
     assert os.path.getsize(figure) > 0 and len(list(csv.DictReader(open(summary)))) == 4
-    assert ewma.verdicts([{"env": "x", "algorithm": a, "final_return": v} for a, v in
-                          (("ppo", 6.0), ("ppo", 8.0), ("ppo_ewma", 6.5), ("ppo_ewma", 9.0))])[0][-1] == "level"
+    assert ewma.verdicts([{"env": "x", "algorithm": a, "seed": s, "final_return": v} for a, s, v in
+                          (("ppo", 1, 6.0), ("ppo", 2, 8.0), ("ppo_ewma", 1, 6.5), ("ppo_ewma", 2, 9.0))])[0][-2:] \
+        == ["2.50", "level"]
 
 
 def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_the_last_tenth(tmp_path, capsys):

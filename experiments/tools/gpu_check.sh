@@ -151,6 +151,7 @@ if [ "$mode" = fig4 ]; then
   timeout -k 20 "$(left 30)" python3 experiments/fig4_ewma_vs_baseline.py --cpu --committed "$FIG4_RUNS" \
     --runs-dir $runs/fig4 --parallel 8 --cores-per-run $((n >= 8 ? n / 8 : 1)) --out-dir "$OUT" $CUDA ${FIG4:-} \
     2>&1 | tee "$OUT/fig4.log"
+  while pgrep -f "$runs/fig4" >/dev/null && [ "$(left 5)" -gt 1 ]; do sleep 1; done  # cut runs: their checkpoints
   tar czf "$OUT/fig4.tgz" --exclude=checkpoint.pt --exclude=run.lock "$FIG4_RUNS" $runs/fig4 2>/dev/null
   exit 0
 fi
