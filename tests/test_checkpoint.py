@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (BATCH, GPU, LEARNING_COLUMNS, ROOT, TINY, assert_same_state, learning_columns, load,
+from conftest import (BATCH, GPU, LEARNING_COLUMNS, ROOT, TINY, assert_same_state, copy_run, learning_columns, load,
                       read_progress, run_tiny, tiny_argv)
 
 
@@ -71,11 +71,10 @@ def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(name,
     assert load(name).main(["--resume", part]) == part and same_rows(full, part)
 
 
-def test_a_resumed_run_estimates_its_remaining_time_at_its_own_pace(tmp_path, capsys):
+def test_a_resumed_run_estimates_its_remaining_time_at_its_own_pace(finished_ppo, tmp_path, capsys):
     """The ETA after --resume: this process's time per iteration, not the checkpoint's time_s (which may be another
     machine's): iterations of a tiny run take well under a minute, though the first two took an hour each."""
-    ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
+    ppo, run_dir = load("ppo"), copy_run(finished_ppo, tmp_path)
     state = checkpoint(run_dir)
     state["time_s"] = 7200.0  # 2 iterations took an hour each
     torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
@@ -105,10 +104,9 @@ def test_sigterm_saves_a_loadable_checkpoint_and_prints_the_resume_command(tmp_p
     assert f"resume with python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
 
 
-def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(tmp_path):
+def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(finished_ppo, tmp_path):
     """Killed (SIGKILL, no clean-up) as soon as the resumed run has started: the history is all still there."""
-    ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
+    run_dir = copy_run(finished_ppo, tmp_path)
     before = open(os.path.join(run_dir, "progress.csv")).read()
     assert len(read_progress(run_dir)) == 2
     cmd = [sys.executable, os.path.join(ROOT, "ppo.py"), "--resume", run_dir, "--total-timesteps", "100000"]
@@ -255,15 +253,14 @@ def test_a_checkpoint_keeps_the_cpu_generator_and_the_run_devices_only(device, t
     assert (rng["cuda"] is None) == (device.type == "cpu")
 
 
-def test_a_resume_ignores_a_gpu_generator_it_cannot_use(tmp_path, monkeypatch):
+def test_a_resume_ignores_a_gpu_generator_it_cannot_use(finished_ppo, tmp_path):
     """A GPU-saved checkpoint resumed on the CPU: the GPU generator's state is left alone, nothing fails."""
-    ppo = load("ppo")
-    run_dir, _ = run_tiny("ppo", tmp_path, "--save-model", iterations=1)
+    ppo, run_dir = load("ppo"), copy_run(finished_ppo, tmp_path)
     state = checkpoint(run_dir)
     state["rng"]["cuda"] = torch.randint(0, 256, (16,), dtype=torch.uint8)  # a GPU generator's state, as saved there
     torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
-    assert ppo.main(["--resume", run_dir, "--total-timesteps", str(2 * BATCH), "--no-cuda"]) == run_dir
-    assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2"]
+    assert ppo.main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH), "--no-cuda"]) == run_dir
+    assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2", "3"]
 
 
 @GPU
