@@ -70,10 +70,10 @@ def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_pa
     """One writer per run folder: a resume of a run that still trains (or of one whose orphaned workers do) stops in
     one line before anything is written; once the first process has gone, however it ended (here kill -9), the
     same resume works. The first run is paused (SIGSTOP) while the second tries: a tiny run could otherwise finish
-    its 10 iterations, and let go, before the resume has loaded its checkpoint."""
+    its 5 iterations, and let go, before the resume has loaded its checkpoint."""
     ppo = load("ppo")
     proc = start([os.path.join(ROOT, "ppo.py"), *TINY, "--runs-dir", str(tmp_path), "--total-timesteps",
-                  str(10 * BATCH), "--save-interval", "1"])
+                  str(5 * BATCH), "--save-interval", "1"])
     wait_for(proc, "iter 2/")
     request.addfinalizer(proc.kill)  # a failed check below must not leave it stopped for ever
     proc.send_signal(signal.SIGSTOP)
@@ -84,7 +84,7 @@ def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_pa
     assert refused.value.code == 2 and err.count("\n") == 1 and "is in use by another process" in err
     proc.kill()
     proc.wait(timeout=60)
-    assert ppo.main(["--resume", run_dir]) == run_dir and len(read_progress(run_dir)) == 10
+    assert ppo.main(["--resume", run_dir]) == run_dir and len(read_progress(run_dir)) == 5
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this OS")
