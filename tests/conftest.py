@@ -17,10 +17,10 @@ from sweep import SCRIPTS  # noqa: E402  (ppo, ppo_ewma, ppg, ppg_ewma)
 
 EWMA_SCRIPTS = ("ppo_ewma", "ppg_ewma")
 PPG_SCRIPTS = ("ppg", "ppg_ewma")
-# A run of a second or two: 4 envs x 16 steps (BATCH env steps an iteration), 2 minibatches of 32; PPG phases of 2
+# A run of a second or two: 4 envs x 8 steps (BATCH env steps an iteration), 2 minibatches of 16; PPG phases of 2
 # iterations. Tests give --total-timesteps in iterations: str(3 * BATCH) is 3 iterations.
-BATCH = 64
-TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--no-cuda"]
+BATCH = 32
+TINY = ["--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--no-cuda"]
 # Tests that touch a device run on the CPU, and on the GPU too where there is one: the same suite checks a GPU machine.
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]

@@ -105,7 +105,7 @@ def test_a_run_of_an_older_version_is_refused(finished_ppo_ewma, tmp_path, bad_a
 @pytest.mark.parametrize("edit", ["cut", "list", "split"])
 def test_a_damaged_or_edited_config_json_is_refused_in_one_line(edit, finished_ppo_ewma, tmp_path, bad_argument):
     """config.json cut short or not a dict: one line; edited to a split a new run refuses (7 minibatches of 4 envs x
-    16 steps): refused as a new run's flags are, rather than trained and written back."""
+    8 steps): refused as a new run's flags are, rather than trained and written back."""
     import shutil
     run_dir = shutil.copytree(finished_ppo_ewma, tmp_path / "copy")
     text = (run_dir / "config.json").read_text()
