@@ -3,6 +3,7 @@ import csv
 import glob
 import importlib.util
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -16,10 +17,10 @@ from sweep import SCRIPTS  # noqa: E402  (ppo, ppo_ewma, ppg, ppg_ewma)
 
 EWMA_SCRIPTS = ("ppo_ewma", "ppg_ewma")
 PPG_SCRIPTS = ("ppg", "ppg_ewma")
-# A run of a second or two: 4 envs x 16 steps (BATCH env steps an iteration), 2 minibatches of 32; PPG phases of 2
+# A run of a second or two: 4 envs x 8 steps (BATCH env steps an iteration), 2 minibatches of 16; PPG phases of 2
 # iterations. Tests give --total-timesteps in iterations: str(3 * BATCH) is 3 iterations.
-BATCH = 64
-TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--no-cuda"]
+BATCH = 32
+TINY = ["--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--no-cuda"]
 # Tests that touch a device run on the CPU, and on the GPU too where there is one: the same suite checks a GPU machine.
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]
@@ -170,6 +171,27 @@ def bad_argument(capsys, monkeypatch, tmp_path):
         assert (sorted(os.listdir(tmp_path)), sorted(os.listdir(folder))) == before, "something was written"
         return err
     return check
+
+
+def copy_run(run_dir, parent):
+    """A copy of the run folder `run_dir` in `parent`, for a test that changes or resumes a shared run."""
+    return shutil.copytree(run_dir, os.path.join(str(parent), os.path.basename(run_dir)))
+
+
+# Finished tiny runs that many tests read (each a second or two of training, made once per session): a test that
+# changes one, or resumes it, works on a copy_run.
+@pytest.fixture(scope="session")
+def finished_ppo(tmp_path_factory):
+    """ppo.py, 2 iterations, a checkpoint after each."""
+    return load("ppo").main(tiny_argv("ppo", "--runs-dir", str(tmp_path_factory.mktemp("ppo")), "--total-timesteps",
+                                      str(2 * BATCH), "--save-interval", "1"))
+
+
+@pytest.fixture(scope="session")
+def finished_ppo_ewma(tmp_path_factory):
+    """ppo_ewma.py, 2 iterations, checkpointed at its end."""
+    return load("ppo_ewma").main(tiny_argv("ppo_ewma", "--runs-dir", str(tmp_path_factory.mktemp("ppo_ewma")),
+                                           "--total-timesteps", str(2 * BATCH)))
 
 
 @pytest.fixture(params=DEVICES)

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (BATCH, GPU, LEARNING_COLUMNS, ROOT, TINY, assert_same_state, learning_columns, load,
+from conftest import (BATCH, GPU, LEARNING_COLUMNS, ROOT, TINY, assert_same_state, copy_run, learning_columns, load,
                       read_progress, run_tiny, tiny_argv)
 
 
@@ -26,14 +27,31 @@ def same_rows(a, b):
                                                                           for r in read_progress(b)]
 
 
-def test_a_run_stopped_by_sigterm_and_resumed_is_the_run_that_never_stopped(script, tmp_path, monkeypatch, capsys):
+def stop_resume_argv(name, folder):
+    """The runs stopped and resumed here: real Procgen, staleness 1, 4 iterations, a checkpoint after each."""
+    return tiny_argv(name, "--runs-dir", str(folder), "--total-timesteps", str(4 * BATCH), "--staleness", "1",
+                     "--save-interval", "1")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """uninterrupted(name): the run of stop_resume_argv that never stopped, made once for the tests that compare."""
+    runs = {}
+
+    def run(name):
+        if name not in runs:
+            runs[name] = load(name).main(stop_resume_argv(name, tmp_path_factory.mktemp(name)))
+        return runs[name]
+    return run
+
+
+def test_a_run_stopped_by_sigterm_and_resumed_is_the_run_that_never_stopped(script, uninterrupted, tmp_path,
+                                                                           monkeypatch, capsys):
     """Real Procgen, staleness 1, 4 iterations; a SIGTERM after iteration 3 (PPG, N_pi 2: the first iteration of the
     second phase), then --resume: every row of progress.csv and every saved tensor equal an uninterrupted run's. The
     envs' games are in the checkpoint, so the same episodes go on; so are the staleness FIFO and the aux buffer."""
     name, real_log = script.__name__, script.Run.log
-    argv = lambda folder: tiny_argv(name, "--runs-dir", str(tmp_path / folder), "--total-timesteps",  # noqa: E731
-                                    str(4 * BATCH), "--staleness", "1", "--save-interval", "1")
-    full = script.main(argv("full"))
+    full = uninterrupted(name)
 
     def log(run, iteration, *rest):  # a SIGTERM as from `kill`, right after the row of iteration 3
         real_log(run, iteration, *rest)
@@ -41,7 +59,7 @@ def test_a_run_stopped_by_sigterm_and_resumed_is_the_run_that_never_stopped(scri
             os.kill(os.getpid(), signal.SIGTERM)
     monkeypatch.setattr(script.Run, "log", log)
     with pytest.raises(SystemExit) as stop:
-        script.main(argv("part"))
+        script.main(stop_resume_argv(name, tmp_path / "part"))
     part = os.path.join(tmp_path, "part", os.listdir(tmp_path / "part")[0])
     assert stop.value.code == 128 + signal.SIGTERM and checkpoint(part)["iteration"] == 3
     assert "Stopped (SIGTERM), checkpoint of iteration 3: resume with" in capsys.readouterr().out
@@ -54,14 +72,13 @@ def test_a_run_stopped_by_sigterm_and_resumed_is_the_run_that_never_stopped(scri
 
 
 @pytest.mark.parametrize("name", ["ppo", "ppg"])
-def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(name, tmp_path):
+def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(name, uninterrupted, tmp_path):
     """kill -9 of the process (no clean-up at all) after iteration 3's line: the resume goes on from the last checkpoint
     (PPO: iteration 2 or 3; PPG: the end of the first phase, 2), runs the lost iterations again, and every row then
     equals an uninterrupted run's."""
-    argv = tiny_argv(name, "--total-timesteps", str(4 * BATCH), "--save-interval", "1")
-    full = load(name).main(argv + ["--runs-dir", str(tmp_path / "full")])
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, f"{name}.py"), *argv, "--runs-dir",
-                             str(tmp_path / "part")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    full = uninterrupted(name)
+    argv = [sys.executable, os.path.join(ROOT, f"{name}.py"), *stop_resume_argv(name, tmp_path / "part")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     for line in proc.stdout:
         if line.startswith("iter 3/"):
             proc.kill()
@@ -72,11 +89,10 @@ def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(name,
     assert load(name).main(["--resume", part]) == part and same_rows(full, part)
 
 
-def test_a_resumed_run_estimates_its_remaining_time_at_its_own_pace(tmp_path, capsys):
+def test_a_resumed_run_estimates_its_remaining_time_at_its_own_pace(finished_ppo, tmp_path, capsys):
     """The ETA after --resume: this process's time per iteration, not the checkpoint's time_s (which may be another
     machine's): iterations of a tiny run take well under a minute, though the first two took an hour each."""
-    ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
+    ppo, run_dir = load("ppo"), copy_run(finished_ppo, tmp_path)
     state = checkpoint(run_dir)
     state["time_s"] = 7200.0  # 2 iterations took an hour each
     torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
@@ -106,10 +122,9 @@ def test_sigterm_saves_a_loadable_checkpoint_and_prints_the_resume_command(tmp_p
     assert f"resume with python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
 
 
-def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(tmp_path):
+def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(finished_ppo, tmp_path):
     """Killed (SIGKILL, no clean-up) as soon as the resumed run has started: the history is all still there."""
-    ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(2 * BATCH)))
+    run_dir = copy_run(finished_ppo, tmp_path)
     before = open(os.path.join(run_dir, "progress.csv")).read()
     assert len(read_progress(run_dir)) == 2
     cmd = [sys.executable, os.path.join(ROOT, "ppo.py"), "--resume", run_dir, "--total-timesteps", "100000"]
@@ -122,26 +137,47 @@ def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(tmp_path):
     assert not os.path.exists(os.path.join(run_dir, "progress.csv.tmp"))
 
 
-def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(tmp_path):
-    """torchrun, 2 gloo workers, the stand-in environment: 1 iteration + resume to 2 == 2 iterations, in every
-    learning column and every tensor of both workers' checkpoints (PPG-EWMA with N_pi = 1 and staleness 1: the first
-    iteration only collects, so the checkpoint holds the FIFO's rollout; the second trains, then its aux phase). And
-    the workers' run: one folder (rank 0's), one console, every worker's steps counted, the same learner on both."""
-    extra = ["--staleness", "1", "--save-interval", "1", "--n-pi", "1"]
-    full, out = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "full"),
-                                                        "--total-timesteps", str(4 * BATCH), *extra))
-    part, _ = torchrun_stand_in("ppg_ewma", tiny_argv("ppg_ewma", "--runs-dir", str(tmp_path / "part"),
-                                                      "--total-timesteps", str(2 * BATCH), *extra))
-    assert checkpoint(part)["iteration"] == 1 and len(checkpoint(part)["stale_rollouts"]) == 1
-    torchrun_stand_in("ppg_ewma", ["--resume", part, "--total-timesteps", str(4 * BATCH)])
-    assert [int(r["global_step"]) for r in read_progress(part)] == [2 * BATCH, 4 * BATCH]  # 2 workers
-    assert read_progress(part)[1]["aux_kl"] != ""
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    """torchrun, 2 gloo workers, the stand-in environment, PPG-EWMA with N_pi = 1 and staleness 1, 4 iterations:
+    "full", a run that never stopped, and "out", its console; "part", a run whose torchrun launcher alone was killed
+    (kill -9) after iteration 1's line, "stopped", its console to the workers' exit, "at_stop", a copy of its folder
+    then; and "part" resumed to its end. Its workers run in sessions of their own, and checkpoint only as they stop."""
+    tmp = tmp_path_factory.mktemp("two_workers")
+    argv = lambda folder: tiny_argv("ppg_ewma", "--runs-dir", str(tmp / folder), "--total-timesteps",  # noqa: E731
+                                    str(2 * 4 * BATCH), "--staleness", "1", "--n-pi", "1", "--save-interval", "100")
+    full, out = torchrun_stand_in("ppg_ewma", argv("full"))
+    proc = subprocess.Popen(torchrun_cmd("ppg_ewma", argv("part")), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    stopped = []
+    for line in proc.stdout:
+        stopped.append(line)
+        if line.startswith("iter 1/"):
+            proc.kill()  # the launcher only
+            break
+    stopped += proc.stdout.readlines()  # until every worker has closed its end of the pipe: all have exited
+    proc.wait(timeout=60)
+    part = os.path.join(tmp, "part", os.listdir(tmp / "part")[0])
+    at_stop = copy_run(part, tmp / "at_stop")
+    torchrun_stand_in("ppg_ewma", ["--resume", part])
+    return {"full": full, "out": out, "stopped": stopped, "at_stop": at_stop, "part": part}
+
+
+def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(two_workers):
+    """The run stopped as its launcher died, resumed, equals the run that never stopped in every learning column and
+    every tensor of both workers' checkpoints (the first iteration only collects, so a checkpoint then holds the FIFO's
+    rollout; each later one trains, then its aux phase). And the workers' run: one folder (rank 0's), one console,
+    every worker's steps counted, the same learner on both."""
+    full, out, part = two_workers["full"], two_workers["out"], two_workers["part"]
+    assert len(checkpoint(two_workers["at_stop"])["stale_rollouts"]) == 1
+    assert [int(r["global_step"]) for r in read_progress(part)] == [2 * BATCH * i for i in (1, 2, 3, 4)]  # 2 workers
+    assert all(r["aux_kl"] != "" for r in read_progress(part)[1:])
     assert learning_columns(read_progress(full)) == learning_columns(read_progress(part))
     for name in ("checkpoint.pt", "checkpoint.rank1.pt"):
         a, b = checkpoint(full, name), checkpoint(part, name)
         a.pop("time_s"), b.pop("time_s")
         assert_same_state(a, b, name)
-    assert len(os.listdir(tmp_path / "full")) == 1 and out.count("iter 1/2 ") == 1
+    assert len(os.listdir(os.path.dirname(full))) == 1 and out.count("iter 1/4 ") == 1
     config = json.load(open(os.path.join(full, "config.json")))
     assert config["world_size"] == 2 and config["global_batch_size"] == 2 * BATCH
     rank0, rank1 = checkpoint(full), checkpoint(full, "checkpoint.rank1.pt")
@@ -149,6 +185,17 @@ def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(tmp
         assert_same_state(rank0[key], rank1[key], key)
     for key in ("mean", "var", "count"):  # reward statistics pooled over both workers' returns
         assert torch.equal(rank0["reward_normalizer"][key], rank1["reward_normalizer"][key]), key
+
+
+def test_workers_whose_torchrun_launcher_is_killed_stop_and_save_rather_than_train_on_unseen(two_workers):
+    """kill -9 of the torchrun launcher alone: each worker sees at the end of its iteration that its parent has gone,
+    and the workers stop together as on SIGTERM, checkpoints saved at one iteration; the user's resume then goes on
+    (while they lived, the folder's lock would have refused it)."""
+    stopped, at_stop = two_workers["stopped"], two_workers["at_stop"]
+    assert any(line.startswith("Stopped (no launcher), checkpoint of iteration") for line in stopped), stopped[-5:]
+    done = checkpoint(at_stop)["iteration"]
+    assert checkpoint(at_stop, "checkpoint.rank1.pt")["iteration"] == done and 1 <= done < 4
+    assert [int(r["iteration"]) for r in read_progress(two_workers["part"])] == [1, 2, 3, 4]
 
 
 def torchrun_stand_in(script, argv, workers=2):
@@ -169,46 +216,21 @@ def torchrun_cmd(script, argv, workers=2):
             os.path.join(ROOT, "tests", "stand_in.py"), script, *argv]
 
 
-def test_a_resume_whose_workers_checkpoints_disagree_is_refused(tmp_path):
+def test_a_resume_whose_workers_checkpoints_disagree_is_refused(two_workers, tmp_path):
     """Every worker saves its own checkpoint: with rank 1's put back from an earlier iteration, the ranks would train
     out of step; the resume is refused in one line instead, every worker exits with code 2 (having left the process
     group: no C++ abort on the way out) unless torchrun stopped it first, and rank 0's rows stay as they were."""
-    part, _ = torchrun_stand_in("ppo", tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps",
-                                                 str(2 * BATCH), "--save-interval", "1"))
-    old = open(os.path.join(part, "checkpoint.rank1.pt"), "rb").read()
-    torchrun_stand_in("ppo", ["--resume", part, "--total-timesteps", str(4 * BATCH)])
-    open(os.path.join(part, "checkpoint.rank1.pt"), "wb").write(old)
+    part = copy_run(two_workers["part"], tmp_path)  # both workers' checkpoints of the last iteration
+    shutil.copyfile(os.path.join(two_workers["at_stop"], "checkpoint.rank1.pt"),
+                    os.path.join(part, "checkpoint.rank1.pt"))
     rows = read_progress(part)
-    proc = subprocess.run(torchrun_cmd("ppo", ["--resume", part, "--total-timesteps", str(6 * BATCH)]),
+    proc = subprocess.run(torchrun_cmd("ppg_ewma", ["--resume", part, "--total-timesteps", str(2 * 6 * BATCH)]),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "checkpoints in" in proc.stderr and "are of different iterations" in proc.stderr
     codes = re.findall(r"exitcode *: (-?\d+) \(pid", proc.stderr)  # torchrun's report, a line per worker
     assert len(codes) == 2 and "2" in codes and set(codes) <= {"2", "-15"}, proc.stderr[-3000:]  # -15: the launcher
     assert "terminate called" not in proc.stderr and "SIGABRT" not in proc.stderr  # stopped the last after the first
     assert read_progress(part) == rows
-
-
-def test_workers_whose_torchrun_launcher_is_killed_stop_and_save_rather_than_train_on_unseen(tmp_path):
-    """kill -9 of the torchrun launcher alone (its workers run in sessions of their own): each worker sees at the end of
-    its iteration that its parent has gone, and the workers stop together as on SIGTERM, checkpoints saved at one
-    iteration; the user's resume then goes on (while they lived, the folder's lock would have refused it)."""
-    proc = subprocess.Popen(torchrun_cmd("ppo", tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps",
-                                                          str(2 * 12 * BATCH), "--save-interval", "100")),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("iter 2/"):
-            proc.kill()  # the launcher only
-            break
-    lines += proc.stdout.readlines()  # until every worker has closed its end of the pipe: all have exited
-    proc.wait(timeout=60)
-    run_dir = os.path.join(tmp_path, os.listdir(tmp_path)[0])
-    assert any(line.startswith("Stopped (no launcher), checkpoint of iteration") for line in lines), lines[-5:]
-    done = checkpoint(run_dir)["iteration"]
-    assert checkpoint(run_dir, "checkpoint.rank1.pt")["iteration"] == done >= 2
-    torchrun_stand_in("ppo", ["--resume", run_dir])
-    assert [int(r["iteration"]) for r in read_progress(run_dir)] == list(range(1, 13))  # 2 workers x 64 steps each
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
@@ -260,15 +282,14 @@ def test_a_checkpoint_keeps_the_cpu_generator_and_the_run_devices_only(device, t
     assert (rng["cuda"] is None) == (device.type == "cpu")
 
 
-def test_a_resume_ignores_a_gpu_generator_it_cannot_use(tmp_path, monkeypatch):
+def test_a_resume_ignores_a_gpu_generator_it_cannot_use(finished_ppo, tmp_path):
     """A GPU-saved checkpoint resumed on the CPU: the GPU generator's state is left alone, nothing fails."""
-    ppo = load("ppo")
-    run_dir, _ = run_tiny("ppo", tmp_path, "--save-model", iterations=1)
+    ppo, run_dir = load("ppo"), copy_run(finished_ppo, tmp_path)
     state = checkpoint(run_dir)
     state["rng"]["cuda"] = torch.randint(0, 256, (16,), dtype=torch.uint8)  # a GPU generator's state, as saved there
     torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
-    assert ppo.main(["--resume", run_dir, "--total-timesteps", str(2 * BATCH), "--no-cuda"]) == run_dir
-    assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2"]
+    assert ppo.main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH), "--no-cuda"]) == run_dir
+    assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2", "3"]
 
 
 @GPU

@@ -61,13 +61,6 @@ def test_bad_argument(name, argv, flag, bad_argument):
     bad_argument(name, argv, flag)
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """A finished 2-iteration ppo_ewma run with a checkpoint."""
-    parent = tmp_path_factory.mktemp("finished")
-    return load("ppo_ewma").main(tiny_argv("ppo_ewma", "--runs-dir", str(parent), "--total-timesteps", str(2 * BATCH)))
-
-
 def folder_digest(folder):
     digest = hashlib.sha256()
     for name in sorted(os.listdir(folder)):
@@ -91,18 +84,18 @@ RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the mes
 
 
 @pytest.mark.parametrize("name,argv,flag,words", RESUME_BAD, ids=[f"{s}:{' '.join(a)}" for s, a, _, _ in RESUME_BAD])
-def test_bad_resume_or_evaluate(name, argv, flag, words, finished_run, bad_argument):
-    before = folder_digest(finished_run)
-    err = bad_argument(name, [finished_run if a == "RUN" else a.replace("RUN", finished_run) for a in argv], flag)
+def test_bad_resume_or_evaluate(name, argv, flag, words, finished_ppo_ewma, bad_argument):
+    run, before = finished_ppo_ewma, folder_digest(finished_ppo_ewma)
+    err = bad_argument(name, [run if a == "RUN" else a.replace("RUN", run) for a in argv], flag)
     assert words in err, err
-    assert folder_digest(finished_run) == before  # config.json, progress.csv and checkpoint untouched
+    assert folder_digest(run) == before  # config.json, progress.csv and checkpoint untouched
 
 
-def test_a_run_of_an_older_version_is_refused(finished_run, tmp_path, bad_argument):
+def test_a_run_of_an_older_version_is_refused(finished_ppo_ewma, tmp_path, bad_argument):
     """A config.json without a flag of today's script: today's default might not be what the run used."""
     import shutil
-    run_dir = shutil.copytree(finished_run, tmp_path / "copy")
-    config = json.load(open(os.path.join(finished_run, "config.json")))
+    run_dir = shutil.copytree(finished_ppo_ewma, tmp_path / "copy")
+    config = json.load(open(os.path.join(finished_ppo_ewma, "config.json")))
     del config["minibatch_by"]
     (run_dir / "config.json").write_text(json.dumps(config))
     message = bad_argument("ppo_ewma", ["--resume", str(run_dir)], "--resume")
@@ -110,11 +103,11 @@ def test_a_run_of_an_older_version_is_refused(finished_run, tmp_path, bad_argume
 
 
 @pytest.mark.parametrize("edit", ["cut", "list", "split"])
-def test_a_damaged_or_edited_config_json_is_refused_in_one_line(edit, finished_run, tmp_path, bad_argument):
+def test_a_damaged_or_edited_config_json_is_refused_in_one_line(edit, finished_ppo_ewma, tmp_path, bad_argument):
     """config.json cut short or not a dict: one line; edited to a split a new run refuses (7 minibatches of 4 envs x
-    16 steps): refused as a new run's flags are, rather than trained and written back."""
+    8 steps): refused as a new run's flags are, rather than trained and written back."""
     import shutil
-    run_dir = shutil.copytree(finished_run, tmp_path / "copy")
+    run_dir = shutil.copytree(finished_ppo_ewma, tmp_path / "copy")
     text = (run_dir / "config.json").read_text()
     config = json.loads(text)
     (run_dir / "config.json").write_text({"cut": text[:len(text) // 2], "list": "[1, 2]",
@@ -153,12 +146,12 @@ def test_a_runs_dir_with_a_tilde_is_the_home_folder(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["home"]  # no folder named ~
 
 
-def test_resume_takes_the_saved_config_and_only_safe_changes(finished_run, tmp_path):
+def test_resume_takes_the_saved_config_and_only_safe_changes(finished_ppo_ewma, tmp_path):
     """The saved config.json is the parser's defaults: a resume needs no flag but --resume, repeats of the run's
     values are accepted, and the flags that cannot change the run's maths may change (here --micro-batch-size)."""
     import shutil
     ppo_ewma = load("ppo_ewma")
-    run_dir = str(shutil.copytree(finished_run, tmp_path / "copy"))
+    run_dir = str(shutil.copytree(finished_ppo_ewma, tmp_path / "copy"))
     args = ppo_ewma.parse_args(["--resume", run_dir, "--total-timesteps", str(4 * BATCH), "--num-envs", "4", "--gamma",
                                 "0.999", "--micro-batch-size", "16"])
     config = json.load(open(os.path.join(run_dir, "config.json")))

@@ -1,6 +1,7 @@
 """Nothing lost in the run folder: a full disk while checkpointing, a damaged checkpoint, SIGTERM during a resume
 (all four scripts share this appendix code; ppo.py stands for them)."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -8,22 +9,16 @@ import sys
 import pytest
 import torch
 
-from conftest import BATCH, ROOT, TINY, load, read_progress, tiny_argv
-
-
-def finished_run(parent, *extra):
-    """A finished 2-iteration ppo run with a checkpoint after each iteration."""
-    return load("ppo").main(tiny_argv("ppo", "--runs-dir", str(parent), "--total-timesteps", str(2 * BATCH),
-                                      "--save-interval", "1", *extra))
+from conftest import BATCH, ROOT, TINY, copy_run, load, read_progress
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_the_rows_and_no_tmp(tmp_path):
+def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_the_rows_and_no_tmp(finished_ppo, tmp_path):
     """checkpoint.pt.tmp points at /dev/full, whose every write fails with ENOSPC: the resumed run stops at its first
     checkpoint with torch's error; the old checkpoint and every row are intact, no .tmp is left, the next resume
     works."""
     ppo = load("ppo")
-    run_dir = finished_run(tmp_path)
+    run_dir = copy_run(finished_ppo, tmp_path)
     checkpoint = open(os.path.join(run_dir, "checkpoint.pt"), "rb").read()
     os.symlink("/dev/full", os.path.join(run_dir, "checkpoint.pt.tmp"))
     full = subprocess.run([sys.executable, os.path.join(ROOT, "ppo.py"), "--resume", run_dir, "--total-timesteps",
@@ -36,8 +31,8 @@ def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_the_rows_and_
     assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2", "3"]  # row 3 once: it ran again
 
 
-def test_a_damaged_checkpoint_on_resume_names_the_file_and_the_way_out(tmp_path, capsys):
-    run_dir = finished_run(tmp_path / "runs")
+def test_a_damaged_checkpoint_on_resume_names_the_file_and_the_way_out(finished_ppo, tmp_path, capsys):
+    run_dir = copy_run(finished_ppo, tmp_path)
     path = os.path.join(run_dir, "checkpoint.pt")
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) // 2)  # a checkpoint cut short
@@ -48,8 +43,8 @@ def test_a_damaged_checkpoint_on_resume_names_the_file_and_the_way_out(tmp_path,
     assert err.startswith(f"ppo.py: error: cannot read {path}") and err.strip().endswith("or start a new run")
 
 
-def test_sigterm_during_a_resume_saves_and_the_run_goes_on_from_there(tmp_path):
-    run_dir = finished_run(tmp_path)
+def test_sigterm_during_a_resume_saves_and_the_run_goes_on_from_there(finished_ppo, tmp_path):
+    run_dir = copy_run(finished_ppo, tmp_path)
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "ppo.py"), "--resume", run_dir, "--total-timesteps",
                              "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().startswith("ppo on starpilot")
@@ -75,10 +70,10 @@ def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_pa
     """One writer per run folder: a resume of a run that still trains (or of one whose orphaned workers do) stops in
     one line before anything is written; once the first process has gone, however it ended (here kill -9), the
     same resume works. The first run is paused (SIGSTOP) while the second tries: a tiny run could otherwise finish
-    its 10 iterations, and let go, before the resume has loaded its checkpoint."""
+    its 5 iterations, and let go, before the resume has loaded its checkpoint."""
     ppo = load("ppo")
     proc = start([os.path.join(ROOT, "ppo.py"), *TINY, "--runs-dir", str(tmp_path), "--total-timesteps",
-                  str(10 * BATCH), "--save-interval", "1"])
+                  str(5 * BATCH), "--save-interval", "1"])
     wait_for(proc, "iter 2/")
     request.addfinalizer(proc.kill)  # a failed check below must not leave it stopped for ever
     proc.send_signal(signal.SIGSTOP)
@@ -89,7 +84,7 @@ def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_pa
     assert refused.value.code == 2 and err.count("\n") == 1 and "is in use by another process" in err
     proc.kill()
     proc.wait(timeout=60)
-    assert ppo.main(["--resume", run_dir]) == run_dir and len(read_progress(run_dir)) == 10
+    assert ppo.main(["--resume", run_dir]) == run_dir and len(read_progress(run_dir)) == 5
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this OS")
@@ -113,12 +108,10 @@ def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, r
     wait_for(hung_up("nohup", signal.SIG_IGN), "iter 3/")  # still training
 
 
-def test_a_checkpoint_of_another_script_is_refused(tmp_path, capsys):
+def test_a_checkpoint_of_another_script_is_refused(finished_ppo, finished_ppo_ewma, tmp_path, capsys):
     """A checkpoint names its script: ppo_ewma.py's checkpoint put in a ppo.py run folder is refused in one line."""
-    run_dir = finished_run(tmp_path / "ppo")
-    other = load("ppo_ewma").main(tiny_argv("ppo_ewma", "--runs-dir", str(tmp_path / "ewma"), "--total-timesteps",
-                                            str(2 * BATCH)))
-    os.replace(os.path.join(other, "checkpoint.pt"), os.path.join(run_dir, "checkpoint.pt"))
+    run_dir = copy_run(finished_ppo, tmp_path)
+    shutil.copyfile(os.path.join(finished_ppo_ewma, "checkpoint.pt"), os.path.join(run_dir, "checkpoint.pt"))
     with pytest.raises(SystemExit) as refused:
         load("ppo").main(["--resume", run_dir, "--total-timesteps", str(3 * BATCH)])
     assert refused.value.code == 2 and "is a checkpoint of ppo_ewma.py, not of this ppo.py" in capsys.readouterr().err

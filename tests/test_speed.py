@@ -1,6 +1,7 @@
 """Speed options change the speed, never the maths or the recorded hyperparameters."""
 import argparse
 import copy
+import functools
 import json
 import math
 import os
@@ -22,6 +23,7 @@ def random_batch(module, agent, size, seed=0):
     return batch
 
 
+@functools.cache  # the two micro-batch tests compare the same two updates: each runs once
 def one_update(module, micro, epochs, minibatches):
     """The script's update on a fixed random batch of 128 from fixed initial weights; returns (gradients left
     on the parameters by the last minibatch, parameters after the update)."""

@@ -7,45 +7,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conftest import BATCH, ROOT, load, tiny_argv
+from conftest import BATCH, ROOT, load
 
 
-def _advantage_worker(rank, port, decay, result_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    ppo = load("ppo")
-    moments = ppo.AdvantageMoments(decay)
-    out = []
-    for batch in range(3):
-        data = torch.arange(5 + 3 * rank + batch, dtype=torch.float32) * (rank + 1) + batch
-        out.append([float(v) for v in moments(data)])
-    torch.save(out, os.path.join(result_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+DECAYS = (0.0, 0.5)  # of the advantage moments
 
 
-@pytest.mark.parametrize("decay", [0.0, 0.5])
-def test_advantage_statistics_are_those_of_all_workers_data(decay, tmp_path):
-    port = 29500 + os.getpid() % 1000 + int(decay * 10)
-    mp.spawn(_advantage_worker, args=(port, decay, str(tmp_path)), nprocs=2)
-    results = [torch.load(os.path.join(tmp_path, f"rank{r}.pt")) for r in range(2)]
-    assert results[0] == results[1]
-    reference = load("ppo").AdvantageMoments(decay)  # one worker, both workers' data concatenated
-    for batch in range(3):
-        both = torch.cat([torch.arange(5 + 3 * r + batch, dtype=torch.float32) * (r + 1) + batch for r in range(2)])
-        expected = [float(v) for v in reference(both)]
-        assert results[0][batch] == pytest.approx(expected, rel=1e-6)
-
-
-def _reward_worker(rank, port, result_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    norm = load("ppo").RewardNormalizer(3)
-    out = []
-    for rollout in range(2):
-        rewards, firsts = reward_data(rank, rollout)
-        out.append(norm(rewards, firsts))
-    torch.save({"out": out, "var": norm.var, "mean": norm.mean}, os.path.join(result_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+def advantage_data(rank, batch):
+    return torch.arange(5 + 3 * rank + batch, dtype=torch.float32) * (rank + 1) + batch
 
 
 def reward_data(rank, rollout):
@@ -54,11 +23,43 @@ def reward_data(rank, rollout):
     return torch.randn(8, 3, generator=g) * (1 if rank == 0 else 100), torch.rand(8, 3, generator=g) < 0.2
 
 
-def test_reward_statistics_are_pooled_over_workers(tmp_path):
-    port = 29700 + os.getpid() % 1000
-    mp.spawn(_reward_worker, args=(port, str(tmp_path)), nprocs=2)
-    results = [torch.load(os.path.join(tmp_path, f"rank{r}.pt")) for r in range(2)]
-    assert torch.equal(results[0]["var"], results[1]["var"]) and torch.equal(results[0]["mean"], results[1]["mean"])
+def _worker(rank, port, result_dir):
+    """Both workers' statistics, in one spawn: AdvantageMoments at decays 0 and 0.5 over 3 batches, RewardNormalizer
+    over 2 rollouts of 8 steps x 3 envs; each worker's results go to rank{rank}.pt."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    ppo, out = load("ppo"), {}
+    for decay in DECAYS:
+        moments = ppo.AdvantageMoments(decay)
+        out[decay] = [[float(v) for v in moments(advantage_data(rank, batch))] for batch in range(3)]
+    norm = ppo.RewardNormalizer(3)
+    out["rewards"] = [norm(*reward_data(rank, rollout)) for rollout in range(2)]
+    out["var"], out["mean"] = norm.var, norm.mean
+    torch.save(out, os.path.join(result_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory):
+    """[rank 0's results, rank 1's]: two gloo workers on the CPU (torch.multiprocessing), started once for the file."""
+    folder = tmp_path_factory.mktemp("workers")
+    mp.spawn(_worker, args=(29500 + os.getpid() % 1000, str(folder)), nprocs=2)
+    return [torch.load(os.path.join(folder, f"rank{r}.pt")) for r in range(2)]
+
+
+@pytest.mark.parametrize("decay", DECAYS)
+def test_advantage_statistics_are_those_of_all_workers_data(decay, pooled):
+    results = [pooled[r][decay] for r in range(2)]
+    assert results[0] == results[1]
+    reference = load("ppo").AdvantageMoments(decay)  # one worker, both workers' data concatenated
+    for batch in range(3):
+        both = torch.cat([advantage_data(r, batch) for r in range(2)])
+        expected = [float(v) for v in reference(both)]
+        assert results[0][batch] == pytest.approx(expected, rel=1e-6)
+
+
+def test_reward_statistics_are_pooled_over_workers(pooled):
+    assert torch.equal(pooled[0]["var"], pooled[1]["var"]) and torch.equal(pooled[0]["mean"], pooled[1]["mean"])
     # by hand: every discounted return of both workers so far, one running-moments estimate, one std for both
     returns, rets = [], [torch.zeros(3), torch.zeros(3)]
     for rollout in range(2):
@@ -73,15 +74,14 @@ def test_reward_statistics_are_pooled_over_workers(tmp_path):
         for rank in range(2):
             rewards, _ = reward_data(rank, rollout)
             expected = torch.clamp(rewards / torch.sqrt(var + 1e-8).float(), -10, 10)
-            torch.testing.assert_close(results[rank]["out"][rollout], expected, rtol=1e-5, atol=1e-6)
-    assert float(results[0]["var"]) == pytest.approx(float(var), rel=1e-9)
+            torch.testing.assert_close(pooled[rank]["rewards"][rollout], expected, rtol=1e-5, atol=1e-6)
+    assert float(pooled[0]["var"]) == pytest.approx(float(var), rel=1e-9)
 
 
-def test_resume_with_another_number_of_workers_is_refused(tmp_path, monkeypatch, bad_argument):
+def test_resume_with_another_number_of_workers_is_refused(finished_ppo, monkeypatch, bad_argument):
     """Another number of workers would change the run's batch and its per-worker state: refused, with the command
     that resumes the run as it was started."""
-    ppo = load("ppo")
-    run_dir = ppo.main(tiny_argv("ppo", "--runs-dir", str(tmp_path / "runs"), "--total-timesteps", str(BATCH)))
+    run_dir = finished_ppo
     monkeypatch.setenv("WORLD_SIZE", "2")
     err = bad_argument("ppo", ["--resume", run_dir, "--total-timesteps", str(2 * BATCH)], "--resume")
     assert f"the run has 1 workers: resume it with python {os.path.join(ROOT, 'ppo.py')} --resume" in err
