@@ -6,12 +6,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import (BATCH, GPU, LEARNING_COLUMNS, ROOT, TINY, assert_same_state, copy_run, learning_columns, load,
+from conftest import (BATCH, GPU, LEARNING_COLUMNS, ROOT, assert_same_state, copy_run, learning_columns, load,
                       read_progress, run_tiny, tiny_argv)
 
 
@@ -71,22 +72,26 @@ def test_a_run_stopped_by_sigterm_and_resumed_is_the_run_that_never_stopped(scri
     assert_same_state(a, b)
 
 
-@pytest.mark.parametrize("name", ["ppo", "ppg"])
-def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(name, uninterrupted, tmp_path):
+def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(uninterrupted, tmp_path):
     """kill -9 of the process (no clean-up at all) after iteration 3's line: the resume goes on from the last checkpoint
     (PPO: iteration 2 or 3; PPG: the end of the first phase, 2), runs the lost iterations again, and every row then
-    equals an uninterrupted run's."""
-    full = uninterrupted(name)
-    argv = [sys.executable, os.path.join(ROOT, f"{name}.py"), *stop_resume_argv(name, tmp_path / "part")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    for line in proc.stdout:
-        if line.startswith("iter 3/"):
-            proc.kill()
-            break
-    proc.wait(timeout=60)
-    part = os.path.join(tmp_path, "part", os.listdir(tmp_path / "part")[0])
-    assert checkpoint(part)["iteration"] in ((2, 3) if name == "ppo" else (2,))
-    assert load(name).main(["--resume", part]) == part and same_rows(full, part)
+    equals an uninterrupted run's. PPO and PPG run side by side, each killed by a thread of its own."""
+    def killed_after_iteration_3(proc):
+        for line in proc.stdout:
+            if line.startswith("iter 3/"):
+                proc.kill()
+                break
+        proc.wait(timeout=60)
+    parts = {name: tmp_path / name for name in ("ppo", "ppg")}
+    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, f"{name}.py"), *stop_resume_argv(name, folder)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for name, folder in parts.items()]
+    threads = [threading.Thread(target=killed_after_iteration_3, args=(proc,)) for proc in procs]
+    [thread.start() for thread in threads], [thread.join() for thread in threads]
+    for name, folder in parts.items():
+        part = os.path.join(folder, os.listdir(folder)[0])
+        assert checkpoint(part)["iteration"] in ((2, 3) if name == "ppo" else (2,))
+        assert load(name).main(["--resume", part]) == part and same_rows(uninterrupted(name), part)
 
 
 def test_a_resumed_run_estimates_its_remaining_time_at_its_own_pace(finished_ppo, tmp_path, capsys):
@@ -100,26 +105,6 @@ def test_a_resumed_run_estimates_its_remaining_time_at_its_own_pace(finished_ppo
     ppo.main(["--resume", run_dir, "--total-timesteps", str(4 * BATCH)])
     out = capsys.readouterr().out
     assert "iter 3/4 |" in out and out.split("iter 3/4 |")[1].splitlines()[0].endswith("eta 0h00m")  # not 0h40m
-
-
-def test_sigterm_saves_a_loadable_checkpoint_and_prints_the_resume_command(tmp_path):
-    cmd = [sys.executable, os.path.join(ROOT, "ppo_ewma.py"), *TINY, "--total-timesteps", "100000", "--save-model",
-           "--save-interval", "1000"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in proc.stdout:  # wait for the first finished iteration, then ask it to stop
-        lines.append(line)
-        if line.startswith("iter 1/"):
-            proc.send_signal(signal.SIGTERM)
-            break
-    out = "".join(lines) + proc.stdout.read()
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
-    assert "Gym has been unmaintained" not in proc.stderr.read()  # the notice of Procgen's gym import is silenced
-    run_dir = os.path.join(tmp_path, "runs", os.listdir(os.path.join(tmp_path, "runs"))[0])
-    state = checkpoint(run_dir)
-    assert state["iteration"] >= 1 and "ewma" in state
-    # a command that works from any folder: absolute paths
-    assert f"resume with python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
 
 
 def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(finished_ppo, tmp_path):

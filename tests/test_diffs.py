@@ -2,6 +2,7 @@
 after the APPENDIX banner) is the same, to the character, in all four files."""
 import ast
 import difflib
+import functools
 import os
 import re
 
@@ -26,6 +27,7 @@ def read(name):
         return f.read()
 
 
+@functools.cache  # the files do not change during a session; several tests read the same
 def definitions(name):
     """Top-level definitions of a script: name -> (source text, first line, last line); the module docstring and
     the imports under the keys "docstring" and "imports"."""
@@ -47,6 +49,7 @@ def definitions(name):
     return out
 
 
+@functools.cache
 def changed_lines(a, b):
     """(line number, text) of every line removed from a or added in b: '-' lines numbered in a, '+' lines in b."""
     la, lb = read(a).splitlines(), read(b).splitlines()

@@ -89,23 +89,29 @@ def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_pa
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this OS")
 def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, request):
-    """A closed terminal (SIGHUP): the iteration finishes, a checkpoint is saved, the resume command printed. Under
+    """A closed terminal (SIGHUP): the iteration finishes, a checkpoint is saved, and the resume command is printed
+    with absolute paths (it works from any folder; the run was started in tmp_path with the default runs/). Under
     nohup (SIGHUP ignored when the run starts) the run goes on. Each run gets its own SIGHUP setting, not pytest's
     (a suite started under nohup would pass SIG_IGN on to both), and is killed when the test ends, passed or not."""
-    def hung_up(name, sighup):
-        proc = start([os.path.join(ROOT, "ppo.py"), *TINY, "--total-timesteps", "100000", "--save-interval", "1000",
-                      "--runs-dir", str(tmp_path / name)], preexec_fn=lambda: signal.signal(signal.SIGHUP, sighup))
+    def started(name, sighup, *runs_dir):
+        os.makedirs(tmp_path / name)
+        proc = start([os.path.join(ROOT, f"{name}.py"), *TINY, "--total-timesteps", "100000", "--save-interval",
+                      "1000", *runs_dir], cwd=tmp_path / name, preexec_fn=lambda: signal.signal(signal.SIGHUP, sighup))
         request.addfinalizer(lambda: (proc.kill(), proc.wait(timeout=60)))
-        wait_for(proc, "iter 1/")
-        proc.send_signal(signal.SIGHUP)
         return proc
 
-    hup = hung_up("hup", signal.SIG_DFL)
-    out = hup.communicate(timeout=120)[0]
-    run_dir = os.path.join(tmp_path, "hup", os.listdir(tmp_path / "hup")[0])
+    hup, nohup = started("ppo_ewma", signal.SIG_DFL), started("ppo", signal.SIG_IGN, "--runs-dir", "x")  # side by side
+    for proc in (hup, nohup):
+        wait_for(proc, "iter 1/")
+        proc.send_signal(signal.SIGHUP)
+    out, err = hup.communicate(timeout=120)
+    run_dir = os.path.join(tmp_path, "ppo_ewma", "runs", os.listdir(tmp_path / "ppo_ewma" / "runs")[0])
     assert hup.returncode == 128 + signal.SIGHUP and "Stopped (SIGHUP), checkpoint of iteration" in out
-    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["iteration"] >= 1
-    wait_for(hung_up("nohup", signal.SIG_IGN), "iter 3/")  # still training
+    assert f"resume with python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
+    state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert state["iteration"] >= 1 and "ewma" in state
+    assert "Gym has been unmaintained" not in err  # the notice of Procgen's gym import is silenced
+    wait_for(nohup, "iter 3/")  # still training
 
 
 def test_a_checkpoint_of_another_script_is_refused(finished_ppo, finished_ppo_ewma, tmp_path, capsys):
