@@ -56,7 +56,8 @@ QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 49_152, "distri
 CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distribution_mode": "easy",
        "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "staleness_values": [0, 2, 8], "defaults": True,
        "save_model": True, "committed": sweep.COMMITTED,
-       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA, "sps_per_core": {"ppo": 235, "ppo_ewma": 235},
+       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
+       "sps_per_core": {"ppo": 235, "ppo_ewma": 235},
        "estimate_note": "from ppo.py's runs at K = 0, one at a time on 2 cores (AMD EPYC, Zen 4)"}
 
 

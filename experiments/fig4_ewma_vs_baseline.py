@@ -26,11 +26,11 @@ before any comparison run: ppo.py, seed 1, 16 iterations (262,144 env steps) on 
 maze, miner, ninja and plunder; the two whose normalised return rises most from the pilot's first 3 iterations to
 its last 3 are compared. Each pilot is the first 16 iterations of its game's ppo.py seed-1 run, which goes on from
 the pilot's checkpoint. One run at a time on both cores into runs/fig4_cpu, each copied to data/runs when it
-finishes (runs there are skipped: the same command continues the sweep in a later session). Output, from
-data/runs alone: the pilot's table, per game the mean return per 100k env steps of every run and the difference
-PPO-EWMA minus PPO over the last 10% of the env steps (900k-1M), docs/figures/fig4_cpu.png and data/fig4_cpu_summary.csv.
-Runs made on a GPU count too, from data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains the pilots and the
-picked games' runs there, eight at a time (--cpu --committed data/runs/gpu --parallel 8).
+finishes (runs there are skipped: the same command continues the sweep in a later session). Runs made on a GPU
+count too, from data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains the pilots and the picked games' runs
+there, eight at a time (--cpu --committed data/runs/gpu --parallel 8). Output, from data/runs and data/runs/gpu
+alone: the pilot's table, per game the mean return per 100k env steps of every run and the difference PPO-EWMA
+minus PPO over the last 10% of the env steps (900k-1M), docs/figures/fig4_cpu.png and data/fig4_cpu_summary.csv.
 
 Resumable: finished runs (exp_name fig4__<script>, matching config, progress reaching --total-timesteps)
 are skipped.
@@ -59,7 +59,8 @@ CPU = {"algorithms": ["ppo", "ppo_ewma"], "envs": ["starpilot"], "candidates": l
        "pilot_iterations": 16, "score_iterations": 3, "seeds": [1, 2], "total_timesteps": 1_000_000,
        "distribution_mode": "easy", "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "defaults": True,
        "save_model": True, "committed": sweep.COMMITTED, "records": [sweep.COMMITTED, sweep.GPU_RUNS],
-       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA, "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
+       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
+       "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
        "estimate_note": "from ppo.py's pilots and ppo_ewma.py's README runs, one at a time on 2 cores (AMD EPYC, Zen 4)"}
 TINY_CPU = {"envs": [], "candidates": ["maze", "heist"], "pick": 1, "pilot_iterations": 2, "score_iterations": 1}
 
