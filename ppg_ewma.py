@@ -843,10 +843,10 @@ COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "epis
            "eval_length", "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG only
 
 
-def error(message):  # one line and exit code 2, as argparse's; torchrun's workers leave their group first (no abort)
-    print(f"{SCRIPT}: error: {message}", file=sys.stderr)
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def error(message):  # one line and exit code 2, as argparse's
+    print(f"{SCRIPT}: error: {message}", file=sys.stderr, flush=True)
+    if dist.is_initialized():  # a torchrun worker leaves at once: torch's C++ teardown at exit can abort (SIGABRT)
+        os._exit(2)
     sys.exit(2)
 
 

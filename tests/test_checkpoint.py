@@ -203,8 +203,8 @@ def torchrun_cmd(script, argv, workers=2):
 
 def test_a_resume_whose_workers_checkpoints_disagree_is_refused(two_workers, tmp_path):
     """Every worker saves its own checkpoint: with rank 1's put back from an earlier iteration, the ranks would train
-    out of step; the resume is refused in one line instead, every worker exits with code 2 (having left the process
-    group: no C++ abort on the way out) unless torchrun stopped it first, and rank 0's rows stay as they were."""
+    out of step; the resume is refused in one line instead, every worker exits with code 2 (at once: no C++ abort on
+    the way out) unless torchrun stopped it first, and rank 0's rows stay as they were."""
     part = copy_run(two_workers["part"], tmp_path)  # both workers' checkpoints of the last iteration
     shutil.copyfile(os.path.join(two_workers["at_stop"], "checkpoint.rank1.pt"),
                     os.path.join(part, "checkpoint.rank1.pt"))
