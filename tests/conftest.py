@@ -173,6 +173,11 @@ def bad_argument(capsys, monkeypatch, tmp_path):
     return check
 
 
+# The environment of two runs side by side: their threads sleep while they wait, not spin against each other's (with
+# OpenMP's default the pair took up to twice as long). Not a pin to a core each: that would change their maths.
+BESIDE = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+
+
 def copy_run(run_dir, parent):
     """A copy of the run folder `run_dir` in `parent`, for a test that changes or resumes a shared run."""
     return shutil.copytree(run_dir, os.path.join(str(parent), os.path.basename(run_dir)))

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (BATCH, GPU, LEARNING_COLUMNS, ROOT, assert_same_state, copy_run, learning_columns, load,
-                      read_progress, run_tiny, tiny_argv)
+from conftest import (BATCH, BESIDE, GPU, LEARNING_COLUMNS, ROOT, assert_same_state, copy_run, learning_columns,
+                      load, read_progress, run_tiny, tiny_argv)
 
 
 def checkpoint(run_dir, name="checkpoint.pt"):
@@ -46,26 +46,28 @@ def uninterrupted(tmp_path_factory):
     return run
 
 
-def test_a_run_stopped_by_sigterm_and_resumed_is_the_run_that_never_stopped(script, uninterrupted, tmp_path,
+def test_a_run_stopped_by_sigterm_and_resumed_is_the_run_that_never_stopped(ewma_script, uninterrupted, tmp_path,
                                                                            monkeypatch, capsys):
     """Real Procgen, staleness 1, 4 iterations; a SIGTERM after iteration 3 (PPG, N_pi 2: the first iteration of the
     second phase), then --resume: every row of progress.csv and every saved tensor equal an uninterrupted run's. The
-    envs' games are in the checkpoint, so the same episodes go on; so are the staleness FIFO and the aux buffer."""
-    name, real_log = script.__name__, script.Run.log
+    envs' games are in the checkpoint, so the same episodes go on; so are the staleness FIFO and the aux buffer. On
+    the EWMA scripts, which hold all their baselines' state and more (test_diffs.py); ppo.py and ppg.py are resumed
+    exactly by the kill -9 test below."""
+    name, real_log = ewma_script.__name__, ewma_script.Run.log
     full = uninterrupted(name)
 
     def log(run, iteration, *rest):  # a SIGTERM as from `kill`, right after the row of iteration 3
         real_log(run, iteration, *rest)
         if iteration == 3:
             os.kill(os.getpid(), signal.SIGTERM)
-    monkeypatch.setattr(script.Run, "log", log)
+    monkeypatch.setattr(ewma_script.Run, "log", log)
     with pytest.raises(SystemExit) as stop:
-        script.main(stop_resume_argv(name, tmp_path / "part"))
+        ewma_script.main(stop_resume_argv(name, tmp_path / "part"))
     part = os.path.join(tmp_path, "part", os.listdir(tmp_path / "part")[0])
     assert stop.value.code == 128 + signal.SIGTERM and checkpoint(part)["iteration"] == 3
     assert "Stopped (SIGTERM), checkpoint of iteration 3: resume with" in capsys.readouterr().out
-    monkeypatch.setattr(script.Run, "log", real_log)
-    assert script.main(["--resume", part]) == part
+    monkeypatch.setattr(ewma_script.Run, "log", real_log)
+    assert ewma_script.main(["--resume", part]) == part
     assert [r["iteration"] for r in read_progress(part)] == ["1", "2", "3", "4"] and same_rows(full, part)
     a, b = checkpoint(full), checkpoint(part)
     a.pop("time_s"), b.pop("time_s")
@@ -84,7 +86,7 @@ def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(unint
         proc.wait(timeout=60)
     parts = {name: tmp_path / name for name in ("ppo", "ppg")}
     procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, f"{name}.py"), *stop_resume_argv(name, folder)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=BESIDE)
              for name, folder in parts.items()]
     threads = [threading.Thread(target=killed_after_iteration_3, args=(proc,)) for proc in procs]
     [thread.start() for thread in threads], [thread.join() for thread in threads]
@@ -124,16 +126,18 @@ def test_a_kill_right_after_resume_keeps_every_row_of_progress_csv(finished_ppo,
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
-    """torchrun, 2 gloo workers, the stand-in environment, PPG-EWMA with N_pi = 1 and staleness 1, 4 iterations:
-    "full", a run that never stopped, and "out", its console; "part", a run whose torchrun launcher alone was killed
-    (kill -9) after iteration 1's line, "stopped", its console to the workers' exit, "at_stop", a copy of its folder
-    then; and "part" resumed to its end. Its workers run in sessions of their own, and checkpoint only as they stop."""
+    """torchrun, 2 gloo workers, the stand-in environment, PPG-EWMA with N_pi = 1 and staleness 1, 4 iterations. Side
+    by side (a thread per worker): "full", a run that never stopped, and "out", its console; "part", a run whose
+    torchrun launcher alone was killed (kill -9) after iteration 1's line, "stopped", its console to the workers' exit,
+    "at_stop", a copy of its folder then. Then side by side: "part" resumed to its end, and "refused", the exit code
+    and stderr of a resume of "mixed", full's folder with at_stop's rank-1 checkpoint. The workers run in sessions of
+    their own, and checkpoint only as they stop and at the end."""
     tmp = tmp_path_factory.mktemp("two_workers")
     argv = lambda folder: tiny_argv("ppg_ewma", "--runs-dir", str(tmp / folder), "--total-timesteps",  # noqa: E731
                                     str(2 * 4 * BATCH), "--staleness", "1", "--n-pi", "1", "--save-interval", "100")
-    full, out = torchrun_stand_in("ppg_ewma", argv("full"))
-    proc = subprocess.Popen(torchrun_cmd("ppg_ewma", argv("part")), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    full, proc = (subprocess.Popen(torchrun_cmd("ppg_ewma", argv(folder)), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+                  for folder in ("full", "part"))
     stopped = []
     for line in proc.stdout:
         stopped.append(line)
@@ -142,10 +146,19 @@ def two_workers(tmp_path_factory):
             break
     stopped += proc.stdout.readlines()  # until every worker has closed its end of the pipe: all have exited
     proc.wait(timeout=60)
-    part = os.path.join(tmp, "part", os.listdir(tmp / "part")[0])
+    out, err = full.communicate(timeout=600)
+    assert full.returncode == 0, err[-3000:]
+    full, part = (os.path.join(tmp, folder, os.listdir(tmp / folder)[0]) for folder in ("full", "part"))
     at_stop = copy_run(part, tmp / "at_stop")
-    torchrun_stand_in("ppg_ewma", ["--resume", part])
-    return {"full": full, "out": out, "stopped": stopped, "at_stop": at_stop, "part": part}
+    mixed = copy_run(full, tmp / "mixed")  # rank 0's checkpoint of the last iteration beside rank 1's of the stop
+    shutil.copyfile(os.path.join(at_stop, "checkpoint.rank1.pt"), os.path.join(mixed, "checkpoint.rank1.pt"))
+    refused = subprocess.Popen(torchrun_cmd("ppg_ewma", ["--resume", mixed, "--total-timesteps", str(2 * 6 * BATCH)]),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    resumed = subprocess.run(torchrun_cmd("ppg_ewma", ["--resume", part]), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    refused_err = refused.communicate(timeout=600)[1]
+    return {"full": full, "out": out, "stopped": stopped, "at_stop": at_stop, "part": part, "mixed": mixed,
+            "refused": (refused.returncode, refused_err)}
 
 
 def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(two_workers):
@@ -183,39 +196,21 @@ def test_workers_whose_torchrun_launcher_is_killed_stop_and_save_rather_than_tra
     assert [int(r["iteration"]) for r in read_progress(two_workers["part"])] == [1, 2, 3, 4]
 
 
-def torchrun_stand_in(script, argv, workers=2):
-    """`torchrun --nproc-per-node 2 tests/stand_in.py SCRIPT ARGV`: the script's main() on the stand-in env; returns
-    the run folder and the console's output."""
-    folder = os.path.dirname(os.path.abspath(__file__))
-    first = next(i for i, a in enumerate(argv) if a in ("--runs-dir", "--resume")) + 1
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
-           os.path.join(folder, "stand_in.py"), script, *argv]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    parent = argv[first]
-    return (parent if "--resume" in argv else os.path.join(parent, os.listdir(parent)[0])), proc.stdout
-
-
 def torchrun_cmd(script, argv, workers=2):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
             os.path.join(ROOT, "tests", "stand_in.py"), script, *argv]
 
 
-def test_a_resume_whose_workers_checkpoints_disagree_is_refused(two_workers, tmp_path):
+def test_a_resume_whose_workers_checkpoints_disagree_is_refused(two_workers):
     """Every worker saves its own checkpoint: with rank 1's put back from an earlier iteration, the ranks would train
     out of step; the resume is refused in one line instead, every worker exits with code 2 (at once: no C++ abort on
     the way out) unless torchrun stopped it first, and rank 0's rows stay as they were."""
-    part = copy_run(two_workers["part"], tmp_path)  # both workers' checkpoints of the last iteration
-    shutil.copyfile(os.path.join(two_workers["at_stop"], "checkpoint.rank1.pt"),
-                    os.path.join(part, "checkpoint.rank1.pt"))
-    rows = read_progress(part)
-    proc = subprocess.run(torchrun_cmd("ppg_ewma", ["--resume", part, "--total-timesteps", str(2 * 6 * BATCH)]),
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode != 0 and "checkpoints in" in proc.stderr and "are of different iterations" in proc.stderr
-    codes = re.findall(r"exitcode *: (-?\d+) \(pid", proc.stderr)  # torchrun's report, a line per worker
-    assert len(codes) == 2 and "2" in codes and set(codes) <= {"2", "-15"}, proc.stderr[-3000:]  # -15: the launcher
-    assert "terminate called" not in proc.stderr and "SIGABRT" not in proc.stderr  # stopped the last after the first
-    assert read_progress(part) == rows
+    (code, err), mixed = two_workers["refused"], two_workers["mixed"]
+    assert code != 0 and "checkpoints in" in err and "are of different iterations" in err
+    codes = re.findall(r"exitcode *: (-?\d+) \(pid", err)  # torchrun's report, a line per worker
+    assert len(codes) == 2 and "2" in codes and set(codes) <= {"2", "-15"}, err[-3000:]  # -15: the launcher
+    assert "terminate called" not in err and "SIGABRT" not in err  # stopped the last after the first
+    assert read_progress(mixed) == read_progress(two_workers["full"])
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):

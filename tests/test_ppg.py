@@ -100,12 +100,13 @@ def test_a_ppg_run_saves_right_after_its_aux_phases_only_and_ends_with_one(tmp_p
     assert state["iteration"] == 4 and state["aux_buffer"]["size"] == 0 and state["aux_buffer"]["obs"].numel() == 0
 
 
-def test_a_stop_mid_phase_keeps_the_phase_and_the_resume_goes_on_as_if_never_stopped(ppg_script, tmp_path,
-                                                                                     monkeypatch, capsys):
+def test_a_stop_mid_phase_keeps_the_phase_and_the_resume_goes_on_as_if_never_stopped(tmp_path, monkeypatch, capsys):
     """N_pi = 3, 6 iterations, the stand-in environment: SIGTERM after iteration 2 (the first phase: no checkpoint
     yet) and, after a resume, after iteration 4 (mid second phase). Each stop saves the phase's trajectories so far
     with the checkpoint; each aux phase then sees all 12 of its phase's trajectories, and every row and the final
-    checkpoint equal those of a run that never stopped."""
+    checkpoint equal those of a run that never stopped. On ppg.py: ppg_ewma.py stops mid-phase in test_checkpoint.py's
+    SIGTERM test."""
+    ppg_script = load("ppg")
     monkeypatch.setattr(ppg_script, "ProcgenVecEnv", StatelessEnv)
     name, sizes, real_log, real_aux_phase = ppg_script.__name__, [], ppg_script.Run.log, ppg_script.aux_phase
     argv = lambda folder: tiny_argv(name, "--runs-dir", str(tmp_path / folder), "--n-pi", "3",  # noqa: E731

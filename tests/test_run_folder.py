@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import BATCH, ROOT, TINY, copy_run, load, read_progress
+from conftest import BATCH, BESIDE, ROOT, TINY, copy_run, load, read_progress
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -96,7 +96,8 @@ def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, r
     def started(name, sighup, *runs_dir):
         os.makedirs(tmp_path / name)
         proc = start([os.path.join(ROOT, f"{name}.py"), *TINY, "--total-timesteps", "100000", "--save-interval",
-                      "1000", *runs_dir], cwd=tmp_path / name, preexec_fn=lambda: signal.signal(signal.SIGHUP, sighup))
+                      "1000", *runs_dir], cwd=tmp_path / name, env=BESIDE,
+                     preexec_fn=lambda: signal.signal(signal.SIGHUP, sighup))
         request.addfinalizer(lambda: (proc.kill(), proc.wait(timeout=60)))
         return proc
 
