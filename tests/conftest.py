@@ -173,8 +173,8 @@ def bad_argument(capsys, monkeypatch, tmp_path):
     return check
 
 
-# The environment of two runs side by side: their threads sleep while they wait, not spin against each other's (with
-# OpenMP's default the pair took up to twice as long). Not a pin to a core each: that would change their maths.
+# The environment of two runs side by side: their threads sleep while they wait, not spin against each other's
+# (with OpenMP's default a pair took up to three times as long). Not a core each: that would change their maths.
 BESIDE = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
 
 
