@@ -227,12 +227,14 @@ def test_figure_commands_draw_the_committed_runs(tmp_path, capsys):
         assert all(label in printed for label in learning_curve.run_labels(runs))
         assert ("| CleanRL PPO seed 1 (GPU) | CleanRL PPO seed 2 (GPU) | CleanRL PPO seed 1 (this CPU) | "
                 "CleanRL PPG seed 1 (GPU) |") in printed
-    fig2_runs = [d for d in committed_folders() if os.path.basename(d).split("__")[1:2] == ["fig2"]]
-    if fig2_runs:
-        figure, summary = batch_size.main(["--cpu", "--plot-only", "--runs-dir", str(tmp_path / "runs"),
+    for prefix, runner in (("fig2", batch_size), ("fig1", staleness)):  # --cpu --plot-only: the runs committed so far
+        runs = [d for d in committed_folders() if os.path.basename(d).split("__")[1:2] == [prefix]]
+        if runs:
+            figure, summary = runner.main(["--cpu", "--plot-only", "--runs-dir", str(tmp_path / "runs"),
                                            "--out-dir", str(tmp_path), "--summary-dir", str(tmp_path)])
-        assert os.path.getsize(figure) > 0
-        assert sorted(row["run"] for row in csv.DictReader(open(summary))) == sorted(map(os.path.basename, fig2_runs))
+            assert os.path.getsize(figure) > 0
+            drawn = {row["run"] for row in csv.DictReader(open(summary))}
+            assert set(map(os.path.basename, runs)) <= drawn, prefix
 
 
 def markdown_tables(text):
@@ -250,7 +252,7 @@ def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed
     """Every `python experiments/...` command in docs/results.md that prints tables from data/runs (not one that
     trains) prints, run now, tables that results.md shows verbatim; and the README's speed table is one of them."""
     results = open(os.path.join(ROOT, "docs", "results.md")).read()
-    commands = re.findall(r"^python (experiments/(?:tools/)?(?:learning_curve|cleanrl_ablation|fig2_batch_size|fig4_ewma_vs_baseline)\.py"
+    commands = re.findall(r"^python (experiments/(?:tools/)?(?:learning_curve|cleanrl_ablation|fig[124]_\w+)\.py"
                           r"(?:[^\n]*\\\n)*[^\n]*)", results, re.M)
     printed = []
     for command in commands:
@@ -260,7 +262,7 @@ def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed
         argv = [os.path.join(ROOT, a) if a.startswith(("data/", "docs/")) else a for a in argv[1:]]
         argv = [a for i, a in enumerate(argv) if "-o" not in argv[i - 1:i + 1]]  # no -o FILE: ours in tmp_path
         runner = {"learning_curve": learning_curve, "cleanrl_ablation": ablation, "fig2_batch_size": batch_size,
-                  "fig4_ewma_vs_baseline": ewma_vs_ppo}[os.path.basename(command.split()[0])[:-3]]
+                  "fig1_staleness": staleness, "fig4_ewma_vs_baseline": ewma_vs_ppo}[os.path.basename(command.split()[0])[:-3]]
         in_tmp = ["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path), "--summary-dir", str(tmp_path)]
         runner.main(argv + {learning_curve: ["-o", str(tmp_path / "figure.png")], ablation: []}.get(runner, in_tmp))
         tables = markdown_tables(capsys.readouterr().out)
