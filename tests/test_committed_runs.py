@@ -262,8 +262,9 @@ def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed
             continue
         argv = [os.path.join(ROOT, a) if a.startswith(("data/", "docs/")) else a for a in argv[1:]]
         argv = [a for i, a in enumerate(argv) if "-o" not in argv[i - 1:i + 1]]  # no -o FILE: ours in tmp_path
-        runner = {"learning_curve": learning_curve, "cleanrl_ablation": ablation, "fig2_batch_size": batch_size,
-                  "fig1_staleness": staleness, "fig4_ewma_vs_baseline": ewma_vs_ppo}[os.path.basename(command.split()[0])[:-3]]
+        runner = {"learning_curve": learning_curve, "cleanrl_ablation": ablation, "fig1_staleness": staleness,
+                  "fig2_batch_size": batch_size, "fig4_ewma_vs_baseline": ewma_vs_ppo,
+                  }[os.path.basename(command.split()[0])[:-3]]
         in_tmp = ["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path), "--summary-dir", str(tmp_path)]
         runner.main(argv + {learning_curve: ["-o", str(tmp_path / "figure.png")], ablation: []}.get(runner, in_tmp))
         tables = markdown_tables(capsys.readouterr().out)
