@@ -888,16 +888,16 @@ class Run:
         self.last_time, self.watch_time = now, 0.0
 
     def check(self, iteration):
-        """(broken, stopping) on all workers: a non-finite value stops before saving, a signal (or orphan) after."""
+        """(broken, stopping), one answer and reason on all workers: non-finite stops before saving, a signal after."""
         bad = [k for k, v in self.row.items() if isinstance(v, float) and not math.isfinite(v)] or [
             f"parameter {n}" for n, p in self.agent.named_parameters() if not torch.isfinite(p).all()]
-        self.signal = self.signal or ("no launcher" if self.world_size > 1 and os.getppid() != self.launcher else None)
-        broken, stopping = all_reduce_sum(torch.tensor([bool(bad), self.signal is not None],
-                                                       dtype=torch.float64, device=self.device)).tolist()
+        orphaned = self.world_size > 1 and os.getppid() != self.launcher  # kill -9 of the torchrun launcher
+        broken, signalled, orphaned = all_reduce_sum(torch.tensor([bool(bad), self.signal is not None, orphaned],
+                                                                  dtype=torch.float64, device=self.device)).tolist()
         if broken:
             self.problem = f"iteration {iteration}: non-finite {bad[0] if bad else 'values on another worker'}"
-        self.signal = self.signal or ("SIGTERM" if stopping else None)  # another worker's signal stops this one too
-        return bool(broken), bool(stopping)
+        self.signal = self.signal or ("no launcher" if orphaned else "SIGTERM" if signalled else None)  # whoever saw it
+        return bool(broken), self.signal is not None
 
     def finish(self):
         """Close everything; a non-finite stop or a signal exits with its message, a finished run returns its folder."""

@@ -4,6 +4,7 @@ import glob
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -176,6 +177,14 @@ def bad_argument(capsys, monkeypatch, tmp_path):
 # The environment of two runs side by side: their threads sleep while they wait, not spin against each other's
 # (with OpenMP's default a pair took up to three times as long). Not a core each: that would change their maths.
 BESIDE = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+
+
+def started(script, argv, at_rollout=None, env=None, **popen):
+    """`python SCRIPT.py ARGV` in a process of its own (by tests/stand_in.py), its console read line by line; with
+    at_rollout "N,DO" it does DO as its Nth rollout begins (stand_in.py), so a test knows where it stops."""
+    env = dict(env or os.environ, **({"AT_ROLLOUT": at_rollout} if at_rollout else {}))
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "stand_in.py"), script, *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 def copy_run(run_dir, parent):

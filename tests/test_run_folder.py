@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import BATCH, BESIDE, ROOT, TINY, copy_run, load, read_progress
+from conftest import BATCH, BESIDE, ROOT, TINY, copy_run, load, read_progress, started
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -44,11 +44,10 @@ def test_a_damaged_checkpoint_on_resume_names_the_file_and_the_way_out(finished_
 
 
 def test_sigterm_during_a_resume_saves_and_the_run_goes_on_from_there(finished_ppo, tmp_path):
+    """A SIGTERM as the resumed run's first iteration begins: that iteration ends, is saved, and the resume command is
+    printed."""
     run_dir = copy_run(finished_ppo, tmp_path)
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "ppo.py"), "--resume", run_dir, "--total-timesteps",
-                             "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().startswith("ppo on starpilot")
-    proc.send_signal(signal.SIGTERM)
+    proc = started("ppo", ["--resume", run_dir, "--total-timesteps", "1000000"], at_rollout="1,SIGTERM")
     assert proc.wait(timeout=300) == 128 + signal.SIGTERM
     assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["iteration"] == 3
     assert "Stopped (SIGTERM), checkpoint of iteration 3: resume with python" in proc.stdout.read()
@@ -69,14 +68,13 @@ def wait_for(proc, prefix):
 def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_path, capsys, request):
     """One writer per run folder: a resume of a run that still trains (or of one whose orphaned workers do) stops in
     one line before anything is written; once the first process has gone, however it ended (here kill -9), the
-    same resume works. The first run is paused (SIGSTOP) while the second tries: a tiny run could otherwise finish
-    its 5 iterations, and let go, before the resume has loaded its checkpoint."""
+    same resume works. The first run holds as its third iteration begins, so it cannot finish its 5 iterations, and
+    let go, before the resume has tried."""
     ppo = load("ppo")
-    proc = start([os.path.join(ROOT, "ppo.py"), *TINY, "--runs-dir", str(tmp_path), "--total-timesteps",
-                  str(5 * BATCH), "--save-interval", "1"])
+    proc = started("ppo", [*TINY, "--runs-dir", str(tmp_path), "--total-timesteps", str(5 * BATCH), "--save-interval",
+                           "1"], at_rollout="3,hold")
+    request.addfinalizer(proc.kill)  # a failed check below must not leave it holding for ever
     wait_for(proc, "iter 2/")
-    request.addfinalizer(proc.kill)  # a failed check below must not leave it stopped for ever
-    proc.send_signal(signal.SIGSTOP)
     run_dir = os.path.join(tmp_path, os.listdir(tmp_path)[0])
     with pytest.raises(SystemExit) as refused:
         ppo.main(["--resume", run_dir])
