@@ -8,6 +8,8 @@
               and statistics by windows of env steps, so runs with different batch sizes compare alike
     finals    final_return(), seed_stats(), group_runs(), summary_rows(), metric_name(), aggregate_final(),
               write_csv(), markdown_table()
+    paired    t_cdf(), t_quantile(), paired_test(): PPO-EWMA minus PPO seed by seed, the mean, its 95% interval, the
+              sign test
 
 A loaded run is a dict {"dir", "config", "columns", "rows"}, every progress.csv cell a float; the figure
 runners' runs also carry "tags" (see sweep.select_runs). Used by plot.py, figures.py, sweep.py and the runners.
@@ -296,6 +298,47 @@ def seed_stats(values):
         return {"mean": float("nan"), "std": float("nan"), "sem": float("nan"), "n": 0}
     sem = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else 0.0
     return {"mean": float(values.mean()), "std": float(values.std()), "sem": sem, "n": len(values)}
+
+
+# --- Paired differences: Student's t and the sign test, in the standard library's maths ------------------------------
+def t_cdf(x, df):
+    """P(T <= x) for Student's t with df degrees of freedom. With t = sqrt(df) tan(u) the density becomes
+    c cos(u)^(df - 1), c = Gamma((df + 1) / 2) / (sqrt(pi) Gamma(df / 2)), integrated here by Simpson's rule over
+    u from 0 to atan(x / sqrt(df)): a smooth integrand on a finite range (df = 1 gives the Cauchy's 1/2 + atan(x)/pi)."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+    end, n = math.atan(x / math.sqrt(df)), 1000
+    f = [math.cos(end * i / n) ** (df - 1) for i in range(n + 1)]
+    return 0.5 + c * end / (3 * n) * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+
+
+def t_quantile(p, df):
+    """The x with t_cdf(x, df) = p (0.5 < p < 1), by bisection: t_quantile(0.975, df) bounds a 95% interval."""
+    low, high = 0.0, 1e4
+    for _ in range(100):
+        middle = (low + high) / 2
+        if t_cdf(middle, df) < p:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def paired_test(differences):
+    """The mean of paired differences, its standard error (ddof 1), its two-sided 95% interval (Student's t, n - 1
+    degrees of freedom; none for one pair) and the verdict it gives: "ahead" if the interval lies above 0, "behind" if
+    below, "level" if it holds 0; and the sign test: how many differences are positive among the non-zero ones, and
+    the two-sided binomial p-value of that count against 1/2."""
+    d = np.asarray(differences, dtype=float)
+    n, mean = len(d), float(d.mean())
+    sem = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    half = t_quantile(0.975, n - 1) * sem if n > 1 else float("nan")
+    verdict = "ahead" if mean - half > 0 else "behind" if mean + half < 0 else "level"
+    signed = int(np.count_nonzero(d))
+    positive = int((d > 0).sum())
+    tail = sum(math.comb(signed, k) for k in range(max(positive, signed - positive), signed + 1)) / 2 ** signed
+    return {"n": n, "mean": mean, "sem": sem, "low": mean - half, "high": mean + half,
+            "verdict": verdict if n > 1 else "level", "positive": positive, "signed": signed,
+            "sign_p": min(1.0, 2 * tail)}
 
 
 def dedupe(runs):

@@ -20,17 +20,28 @@ measured one at a time on one core: ppg_ewma.py 24 min, ppg.py 20 min (the auxil
 ppo_ewma.py 6 min, ppo.py 4 min.
 Checks the pipeline only; the EWMA's effect (small, consistent over 100M steps) is far below this noise.
 
---cpu (PPO-EWMA against PPO at CPU scale): ppo.py and ppo_ewma.py at the scripts' defaults, easy, seeds 1 and 2,
-1M env steps, on StarPilot (the README's runs) and on two more of the paper's untuned games, picked by a pilot
-before any comparison run: ppo.py, seed 1, 16 iterations (262,144 env steps) on each of heist, jumper, leaper,
-maze, miner, ninja and plunder; the two whose normalised return rises most from the pilot's first 3 iterations to
-its last 3 are compared. Each pilot is the first 16 iterations of its game's ppo.py seed-1 run, which goes on from
-the pilot's checkpoint. One run at a time on both cores into runs/fig4_cpu, each copied to data/runs when it
-finishes (runs there are skipped: the same command continues the sweep in a later session). Runs made on a GPU
-count too, from data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains the pilots and the picked games' runs
-there, eight at a time (--cpu --committed data/runs/gpu --parallel 8). Output, from data/runs and data/runs/gpu
-alone: the pilot's table, per game the mean return per 100k env steps of every run and the difference PPO-EWMA
-minus PPO over the last 10% of the env steps (900k-1M), docs/figures/fig4_cpu.png and data/fig4_cpu_summary.csv.
+--cpu (PPO-EWMA against PPO at CPU scale, as the paper's test): ppo.py and ppo_ewma.py at the scripts' defaults,
+easy, 1M env steps, seeds 1-4, on the paper's untuned games. The paper tuned beta_prox "on the first 8 of the 16
+Procgen environments" in its own (the Procgen paper's) order, so the untuned eight are leaper, maze, bigfish, heist,
+climber, plunder, ninja and bossfight (UNTUNED). A pilot ranks them before any comparison run: ppo.py, seed 1, 16
+iterations (262,144 env steps) on each; the rise of a pilot is its normalised return (easy-mode constants) over its
+last 3 iterations minus its first 3. Ninja and plunder come first (the top two when five of the eight had pilots);
+then the two other games whose pilots rise most. Each pilot is the first 16 iterations of its game's ppo.py seed-1 run,
+which goes on from the pilot's checkpoint. StarPilot, a tuned game, is shown apart: the README's runs, seeds 1-2.
+One run at a time on both cores into runs/fig4_cpu, a pair's two runs one after the other, each copied to data/runs
+when it finishes (runs there are skipped: the same command continues the sweep in a later session). Runs made on a
+GPU count too, from data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains there, eight at a time
+(--cpu --committed data/runs/gpu --parallel 8). Output, from data/runs and data/runs/gpu alone: the pilots' table,
+per game the mean return per 100k env steps of every run, the final returns, the paired test,
+docs/figures/fig4_cpu.png and data/fig4_cpu_summary.csv.
+
+The paired test, fixed before seeds 3 and 4 were run. For each game and seed, d = PPO-EWMA's minus PPO's normalised
+return (Procgen's easy-mode constants, analysis.PROCGEN_RANGES) over the last 10% of the env steps (900k-1M); the
+two runs of a pair share the seed, so the same first levels and initial weights. Over all pairs of the untuned games:
+the mean of d, its standard error and its two-sided 95% interval (Student's t, n - 1 degrees of freedom). Verdict:
+"ahead" if the interval lies above 0, "behind" if it lies below 0, "level" otherwise; per game the same rule over its
+seeds. The sign test (the positive d among the non-zero ones, two-sided, against 1/2) is printed beside it, as the
+paper's "all of the last 8" counts signs; it decides nothing.
 
 Resumable: finished runs (exp_name fig4__<script>, matching config, progress reaching --total-timesteps)
 are skipped.
@@ -54,15 +65,17 @@ PAPER = {"envs": list(sweep.PROCGEN_GAMES), "seeds": [1, 2, 3, 4], "total_timest
          "algorithms": list(ALGORITHMS), "runs_dir": "runs/fig4"}
 QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 32_768, "distribution_mode": "easy",
          "num_envs": 16, "num_steps": 64, "num_minibatches": 8, "n_pi": 8, "parallel": 2}
-UNTUNED = ("heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")  # Fig. 4: beta_prox untuned
-CPU = {"algorithms": ["ppo", "ppo_ewma"], "envs": ["starpilot"], "candidates": list(UNTUNED[:-1]), "pick": 2,
-       "pilot_iterations": 16, "score_iterations": 3, "seeds": [1, 2], "total_timesteps": 1_000_000,
-       "distribution_mode": "easy", "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "defaults": True,
-       "save_model": True, "committed": sweep.COMMITTED, "records": [sweep.COMMITTED, sweep.GPU_RUNS],
-       "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
-       "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
+# The paper's Fig. 4 games where beta_prox was not tuned: the last 8 of the 16 in the Procgen paper's order
+UNTUNED = ("leaper", "maze", "bigfish", "heist", "climber", "plunder", "ninja", "bossfight")
+CPU = {"algorithms": ["ppo", "ppo_ewma"], "envs": ["starpilot"], "tuned_seeds": [1, 2], "candidates": list(UNTUNED),
+       "games": ["ninja", "plunder"], "pick": 2, "pilot_iterations": 16, "score_iterations": 3, "seeds": [1, 2, 3, 4],
+       "total_timesteps": 1_000_000, "distribution_mode": "easy", "num_envs": 64, "num_steps": 256,
+       "num_minibatches": 8, "defaults": True, "save_model": True, "committed": sweep.COMMITTED,
+       "records": [sweep.COMMITTED, sweep.GPU_RUNS], "out_dir": os.path.join(sweep.ROOT, "docs", "figures"),
+       "summary_dir": sweep.DATA, "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
        "estimate_note": "from ppo.py's pilots and ppo_ewma.py's README runs, one at a time on 2 cores (AMD EPYC, Zen 4)"}
-TINY_CPU = {"envs": [], "candidates": ["maze", "heist"], "pick": 1, "pilot_iterations": 2, "score_iterations": 1}
+TINY_CPU = {"envs": [], "candidates": ["maze", "heist", "leaper"], "games": ["leaper"], "pick": 1,
+            "pilot_iterations": 2, "score_iterations": 1}
 
 
 def parse_args(argv=None):
@@ -129,7 +142,7 @@ def make_figure(loaded, rows, args, out):
               f"averaged over {len(per_env)} game(s); better on {sum(s['mean'] > 0 for s in per_env.values())}")
 
 
-# --- --cpu: StarPilot and two games picked by a pilot --------------------------------------------------------
+# --- --cpu: the untuned games, paired by seed ------------------------------------------------------------------
 def pilot_runs(args):
     """ppo.py, seed 1, pilot_iterations iterations on each candidate game: the first iterations of its seed-1 run."""
     steps = args.pilot_iterations * args.num_envs * args.num_steps
@@ -150,11 +163,18 @@ def pilot_scores(pilots, args):
     return scores
 
 
-def comparison_runs(args, envs):
-    """Both scripts on each game and seed; StarPilot's are the README's runs (sweep.readme_runs)."""
+def picked_games(scores, args):
+    """The games compared: args.games, then the args.pick other candidates whose pilots rise most."""
+    others = sorted((env for env in scores if env not in args.games), key=lambda env: scores[env][2], reverse=True)
+    return list(args.games) + others[:args.pick]
+
+
+def comparison_runs(args, envs, seeds=None):
+    """Both scripts on each game and seed, game by game, seed by seed (a pair's two runs one after the other);
+    StarPilot's are the README's runs (sweep.readme_runs)."""
     return [sweep.Job(script, env, seed, sweep.README_EXP_NAMES[script] if env == "starpilot" else script,
                       args.total_timesteps, sweep.base_options(args, script), {"algorithm": script})
-            for env in envs for script in args.algorithms for seed in args.seeds]
+            for env in envs for seed in seeds or args.seeds for script in args.algorithms]
 
 
 def final_window(args):  # the last 10% of the env steps, e.g. (900k, 1M]
@@ -162,47 +182,75 @@ def final_window(args):  # the last 10% of the env steps, e.g. (900k, 1M]
 
 
 def cpu_rows(loaded, args):
-    """A row per run: its script, game, seed and mean return over final_window (the first iteration after a resume
-    left out, analysis.RESUMED)."""
+    """A row per run: its script, game, seed, mean return over final_window (the first iteration after a resume
+    left out, analysis.RESUMED) and that return normalised with Procgen's easy-mode constants."""
     low, high = final_window(args)
-    return [{"algorithm": r["tags"]["algorithm"], "env": r["config"]["env_id"], "seed": r["config"]["seed"],
-             "final_return": analysis.window_return(r, low, high), "run": os.path.basename(os.path.normpath(r["dir"]))}
-            for r in loaded]
+    rows = []
+    for r in loaded:
+        final, env = analysis.window_return(r, low, high), r["config"]["env_id"]
+        rows.append({"algorithm": r["tags"]["algorithm"], "env": env, "seed": r["config"]["seed"],
+                     "final_return": final, "normalized": analysis.normalized_return(final, env, "easy"),
+                     "run": os.path.basename(os.path.normpath(r["dir"]))})
+    return rows
 
 
-def verdicts(rows):
-    """Per game: PPO's and PPO-EWMA's seeds, the difference of their means, the difference seed by seed, and the
-    verdict: ahead or behind if the difference is larger than the spread (max - min) of either script's seeds, else
-    level."""
-    table = []
-    for env in sorted({r["env"] for r in rows}, key=lambda e: (e != "starpilot", e)):
-        finals = {a: {r["seed"]: r["final_return"] for r in rows if r["env"] == env and r["algorithm"] == a}
-                  for a in PAIRS[0]}
-        if not all(finals.values()):
-            continue
-        ewma, ppo = (list(finals[a].values()) for a in PAIRS[0])
-        diff = np.mean(ewma) - np.mean(ppo)
-        spread = max(max(v) - min(v) for v in (ewma, ppo))
-        paired = [finals["ppo_ewma"][s] - finals["ppo"][s] for s in sorted(finals["ppo"]) if s in finals["ppo_ewma"]]
-        verdict = "ahead" if diff > spread else "behind" if diff < -spread else "level"
-        table.append([env, ", ".join(f"{v:.2f}" for v in ppo), ", ".join(f"{v:.2f}" for v in ewma), f"{diff:+.2f}",
-                      ", ".join(f"{d:+.2f}" for d in paired), f"{spread:.2f}", verdict])
-    return table
+def pairs(rows):
+    """{game: {seed: PPO-EWMA minus PPO in normalised return}} over the seeds where both scripts have a run."""
+    value = {(r["algorithm"], r["env"], r["seed"]): r["normalized"] for r in rows}
+    out = {}
+    for (algorithm, env, seed), v in sorted(value.items()):
+        if algorithm == "ppo_ewma" and ("ppo", env, seed) in value:
+            out.setdefault(env, {})[seed] = v - value[("ppo", env, seed)]
+    return out
+
+
+def paired_tables(rows):
+    """The paired test (docstring above): per game, then over every pair of the untuned games."""
+    by_game = pairs(rows)
+    games = sorted(by_game, key=lambda env: (env not in UNTUNED, UNTUNED.index(env) if env in UNTUNED else 0))
+    per_game = []
+    for env in games:
+        test = analysis.paired_test(list(by_game[env].values()))
+        per_game.append([env + ("" if env in UNTUNED else " (tuned)"), " ".join(map(str, by_game[env])),
+                         ", ".join(f"{d:+.3f}" for d in by_game[env].values()), f"{test['mean']:+.3f}",
+                         interval(test), test["verdict"]])
+    untuned = [d for env in games if env in UNTUNED for d in by_game[env].values()]
+    overall = []
+    if untuned:
+        test = analysis.paired_test(untuned)
+        overall.append([f"{test['n']} pairs, {sum(env in UNTUNED for env in games)} games", f"{test['mean']:+.4f}",
+                        analysis.cell(test["sem"], "{:.4f}"), interval(test), test["verdict"],
+                        f"{test['positive']} of {test['signed']}", f"{test['sign_p']:.3f}"])
+    return per_game, overall
+
+
+def interval(test):
+    return "-" if test["n"] < 2 else f"[{test['low']:+.3f}, {test['high']:+.3f}]"
 
 
 def make_cpu_figure(loaded, rows, args, out):
-    """Per game, both scripts' learning curves (mean +- std over seeds, smoothed over 100k env steps); printed: the
-    return per 100k env steps of every run, and the verdicts."""
+    """Per game, both scripts' learning curves (mean +- std over seeds, smoothed over 100k env steps), and the paired
+    differences (a point per seed, the mean as a bar); printed: the return per 100k env steps of every run, the final
+    returns and the paired test."""
     loaded = [analysis.without_resumed(r) for r in loaded]
     envs = sorted({r["config"]["env_id"] for r in loaded}, key=lambda e: (e != "starpilot", e))
-    fig, axes = figures.subplots(len(envs), "Figure 4 at laptop scale: PPO-EWMA against PPO",
-                                 argparse.Namespace(**{**vars(args), "envs": envs}))
+    fig, axes = figures.subplots(len(envs) + 1, "Figure 4 at laptop scale: PPO-EWMA against PPO",
+                                 argparse.Namespace(**{**vars(args), "envs": envs}),
+                                 seeds=sorted({r["config"]["seed"] for r in loaded}))
     for ax, env in zip(axes, envs):
         for script in args.algorithms:
             members = [r for r in loaded if r["config"]["env_id"] == env and r["tags"]["algorithm"] == script]
             figures.plot_band(ax, analysis.env_mean_curve(members, normalize=False, smooth_steps=100_000),
                               ALGORITHMS[script], COLOURS[script], "-" if "ewma" in script else "--")
         ax.set(title=env, xlabel="env steps", ylabel="episodic return")
+    by_game, ax = pairs(rows), axes[-1]
+    games = sorted(by_game, key=lambda env: (env not in UNTUNED, env))
+    for x, env in enumerate(games):
+        ax.bar(x, np.mean(list(by_game[env].values())), 0.6, color="tab:blue", alpha=0.3)
+        ax.scatter([x] * len(by_game[env]), list(by_game[env].values()), color="tab:blue", zorder=3, s=14)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(games)), [env if env in UNTUNED else f"{env}\n(tuned)" for env in games])
+    ax.set(title="PPO-EWMA - PPO, seed by seed", ylabel="normalised return, last 10%")
     figures.save_figure(fig, out)
     for env in envs:
         runs = sorted((r for r in loaded if r["config"]["env_id"] == env),
@@ -210,9 +258,18 @@ def make_cpu_figure(loaded, rows, args, out):
         labels = [f"{ALGORITHMS[r['tags']['algorithm']]} seed {r['config']['seed']}" for r in runs]
         print(f"\n{env}: mean episodic return per 100,000 env steps\n\n{analysis.window_table(runs, labels, 100_000)}")
     low, high = final_window(args)
-    print(f"\nMean return over ({analysis.steps_text(low)}, {analysis.steps_text(high)}] env steps\n\n"
-          + analysis.markdown_table(["game", "PPO (seeds)", "PPO-EWMA (seeds)", "PPO-EWMA - PPO", "seed by seed",
-                                     "seeds' spread", "verdict"], verdicts(rows)))
+    finals = {(r["algorithm"], r["env"], r["seed"]): r["final_return"] for r in rows}
+    print(f"\nMean return over ({analysis.steps_text(low)}, {analysis.steps_text(high)}] env steps, by seed\n\n"
+          + analysis.markdown_table(["game", "seeds", "PPO", "PPO-EWMA"], [
+              [env, " ".join(map(str, seeds)), *[", ".join(f"{finals[a, env, s]:.2f}" for s in seeds)
+                                                 for a in ("ppo", "ppo_ewma")]]
+              for env, seeds in ((env, list(pairs(rows).get(env, {}))) for env in envs) if seeds]))
+    per_game, overall = paired_tables(rows)
+    print("\nThe paired test: PPO-EWMA minus PPO in normalised return (easy), seed by seed\n\n"
+          + analysis.markdown_table(["game", "seeds", "differences", "mean", "95% interval", "verdict"], per_game))
+    if overall:
+        print("\n" + analysis.markdown_table(["untuned games", "mean difference", "s.e.", "95% interval", "verdict",
+                                              "positive", "sign test p"], overall))
 
 
 def main_cpu(args):
@@ -225,14 +282,16 @@ def main_cpu(args):
           f"iterations\n\n" + analysis.markdown_table(
               ["game", f"first {k}", f"last {k}", "rise (normalised)"],
               [[env, *(analysis.cell(v) for v in s[:2]), f"{s[2]:+.3f}"] for env, s in scores.items()]))
+    games = list(args.games)
     if len(scores) < len(pilots):
-        print(f"\n{len(scores)} of {len(pilots)} pilots finished: the games are picked once all are")
-        return None
-    games = sorted(scores, key=lambda env: scores[env][2], reverse=True)[:args.pick]
-    print(f"\nPicked: {', '.join(games)}\n")
-    args.envs = list(args.envs) + games
-    return sweep.sweep_main(args, comparison_runs(args, args.envs), ("algorithm",), "fig4_cpu_summary.csv",
-                            "fig4_cpu.png", make_cpu_figure, summarize=cpu_rows)
+        print(f"\n{len(scores)} of {len(pilots)} pilots finished: the other games are picked once all are")
+    else:
+        games = picked_games(scores, args)
+        print(f"\nCompared: {', '.join(games)}\n")
+    runs = comparison_runs(args, games)
+    shown = runs + comparison_runs(args, args.envs, args.tuned_seeds)  # StarPilot: the README's runs
+    return sweep.sweep_main(args, runs, ("algorithm",), "fig4_cpu_summary.csv", "fig4_cpu.png", make_cpu_figure,
+                            summarize=cpu_rows, shown=shown)
 
 
 def main(argv=None):

@@ -273,13 +273,14 @@ def cpu_seconds(run, sps_per_core=None, steps=None):
 def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=print, committed=None, records=()):
     """Train every run not finished yet, at most `parallel` at a time; returns the runs that failed.
 
-    The longest runs start first; a run with a checkpoint goes on from it. Each run's output goes to
+    One at a time, the runs go in their planned order; several at a time, the longest start first. A run with a
+    checkpoint goes on from it. Each run's output goes to
     <runs_dir>/logs/<env>__<exp-name>__<seed>.log. With `committed`, runs finished there (or in `records`, other
     folders of committed runs) are skipped and every run finished in runs_dir is committed there (also one that
     finished in an earlier session)."""
     os.makedirs(os.path.join(runs_dir, "logs"), exist_ok=True)
     pending = []
-    for run in sorted(unique_runs(runs), key=cpu_seconds, reverse=True):
+    for run in sorted(unique_runs(runs), key=cpu_seconds, reverse=True) if parallel > 1 else unique_runs(runs):
         if any(is_finished(run, d) for d in (committed, *records) if d):
             log(f"skip (committed): {run.env_id} {run.exp_name} seed {run.seed}")
         elif is_finished(run, runs_dir):

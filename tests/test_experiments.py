@@ -488,55 +488,82 @@ def test_cpu_preset_end_to_end_commits_resumes_and_skips(tmp_path, capsys):
     assert len(list(csv.DictReader(open(summary)))) == 2
 
 
-# --- Fig. 4 at CPU scale: the pilot picks the games ----------------------------------------------------------
-def test_fig4_cpu_picks_the_games_by_the_pilots_normalised_rise_and_plans_both_scripts_there(tmp_path, capsys):
+# --- Fig. 4 at CPU scale: the pilots pick the games, the paired test ------------------------------------------
+def test_t_quantiles_and_the_paired_test_by_hand():
+    # Student's t, two-sided 95% (any printed table): df 1, 2, 3, 5, 10, 30
+    for df, table in ((1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042)):
+        assert analysis.t_quantile(0.975, df) == pytest.approx(table, abs=5e-4)
+    assert analysis.t_cdf(1.0, 1) == pytest.approx(0.75)  # the Cauchy: 1/2 + atan(1)/pi
+    # 0.1, 0.2, -0.05, 0.3: mean 0.1375, sd (ddof 1) sqrt(0.066875 / 3), s.e. that / 2, interval +- 3.182 s.e.;
+    # 3 positive of 4: P(X >= 3) = 5/16, two-sided 0.625
+    test = analysis.paired_test([0.1, 0.2, -0.05, 0.3])
+    sem = math.sqrt(0.066875 / 3) / 2
+    assert (test["n"], test["mean"], test["sem"]) == (4, pytest.approx(0.1375), pytest.approx(sem))
+    assert (test["low"], test["high"]) == (pytest.approx(0.1375 - 3.1824 * sem, abs=1e-4),
+                                          pytest.approx(0.1375 + 3.1824 * sem, abs=1e-4))
+    assert (test["verdict"], test["positive"], test["signed"], test["sign_p"]) == ("level", 3, 4, 0.625)
+    # all eight above 0 and tight: ahead, p = 2 / 2**8; the mirror image behind; a zero drops out of the sign test
+    assert analysis.paired_test([0.1, 0.12, 0.09, 0.11, 0.1, 0.13, 0.08, 0.1])["verdict"] == "ahead"
+    assert analysis.paired_test([-0.1, -0.12, -0.09, -0.11])["verdict"] == "behind"
+    assert analysis.paired_test([1.0] * 8)["sign_p"] == 2 / 2 ** 8
+    assert analysis.paired_test([0.0, 1.0, 2.0])["signed"] == 2
+    assert analysis.paired_test([0.3])["verdict"] == "level"  # one pair: no interval
+
+
+def test_fig4_cpu_compares_its_games_then_those_the_pilots_rank_first(tmp_path, capsys):
     ewma = load_experiment("fig4_ewma_vs_baseline")
     runs_dir, committed = tmp_path / "runs", tmp_path / "committed"
     argv = ["--cpu", "--tiny", "--runs-dir", str(runs_dir), "--committed", str(committed)]
     args = ewma.parse_args(argv)
-    maze, heist = ewma.pilot_runs(args)  # 2 iterations of 4 envs x 32 steps, at the scripts' defaults
+    maze, heist, leaper = ewma.pilot_runs(args)  # 2 iterations of 4 envs x 32 steps, at the scripts' defaults
     assert (maze.env_id, heist.env_id, maze.total_timesteps, maze.exp_name) == ("maze", "heist", 256, "ppo")
     assert all(maze.options[k] == v for k, v in sweep.DEFAULTS["ppo"].items())
+    assert ewma.UNTUNED == ("leaper", "maze", "bigfish", "heist", "climber", "plunder", "ninja", "bossfight")
     # heist rises more in raw return (1.2 against 1.0), maze more in normalised return: 1.0 / (10 - 5) = 0.2 against
-    # 1.2 / (10 - 3.5) = 0.185 (easy mode's constants)
+    # 1.2 / (10 - 3.5) = 0.185 (easy mode's constants); leaper is compared anyway (the preset's games)
     write_run(committed, "maze", "ppo", 1, [6.0, 7.0], config=recorded_config(maze))
-    assert ewma.main(argv + ["--dry-run"]) is None  # heist's pilot is still to do: no game picked yet
+    write_run(committed, "leaper", "ppo", 1, [3.0, 3.0], config=recorded_config(leaper))
+    assert ewma.main(argv + ["--dry-run"]) is None  # heist's pilot is still to do: leaper's runs only
     out = capsys.readouterr().out
-    assert "--env-id heist" in out and "1 of 2 pilots finished" in out and "Picked" not in out
+    assert "--env-id heist" in out and "2 of 3 pilots finished" in out and "Compared" not in out
+    assert "2 runs planned, 2 still to train" in out
     write_run(committed, "heist", "ppo", 1, [4.0, 5.2], config=recorded_config(heist))
-    assert ewma.main(argv + ["--dry-run"]) is None
+    assert ewma.main(argv + ["--dry-run", "--seeds", "1", "2"]) is None
     out = capsys.readouterr().out
     assert "| maze | 6.00 | 7.00 | +0.200 |" in out and "| heist | 4.00 | 5.20 | +0.185 |" in out
-    assert "Picked: maze" in out and "2 runs planned, 2 still to train" in out
-    planned = [line for line in out.splitlines() if line.startswith(sys.executable)]
-    assert len(planned) == 2 and all("--env-id maze" in line and "--seed 1" in line for line in planned)
-    assert sorted(line.split()[1].rsplit("/", 1)[1] for line in planned) == ["ppo.py", "ppo_ewma.py"]
+    assert "Compared: leaper, maze" in out and "8 runs planned, 8 still to train" in out
+    planned = [line.split()[1:6:2] for line in out.splitlines() if line.startswith(sys.executable)]
+    # game by game, seed by seed, a pair's two runs one after the other: the order they train in, one at a time
+    assert [(os.path.basename(script), env, seed) for script, env, seed in planned] == [
+        (script, env, seed) for env in ("leaper", "maze") for seed in ("1", "2") for script in ("ppo.py", "ppo_ewma.py")]
 
 
-def test_fig4_cpu_tables_give_the_last_tenth_of_each_run_and_the_verdict_by_hand(tmp_path, capsys, monkeypatch):
+def test_fig4_cpu_tables_give_the_last_tenth_of_each_run_and_the_paired_test_by_hand(tmp_path, capsys, monkeypatch):
     ewma = load_experiment("fig4_ewma_vs_baseline")
     committed, gpu = tmp_path / "committed", tmp_path / "gpu"  # PPO-EWMA's runs made on a GPU, as data/runs/gpu
     monkeypatch.setitem(ewma.TINY_CPU, "records", [str(committed), str(gpu)])
+    monkeypatch.setitem(ewma.TINY_CPU, "games", ["maze"])
+    monkeypatch.setitem(ewma.TINY_CPU, "pick", 0)
     argv = ["--cpu", "--tiny", "--runs-dir", str(tmp_path / "runs"), "--committed", str(committed),
             "--out-dir", str(tmp_path), "--seeds", "1", "2"]
     args = ewma.parse_args(argv)
-    for pilot, returns in zip(ewma.pilot_runs(args), ([1.0, 9.0], [4.0, 5.0])):  # maze is picked
+    for pilot in ewma.pilot_runs(args):  # maze alone is compared
+        returns = {"maze": [1.0, 9.0], "heist": [4.0, 5.0], "leaper": [5.0, 4.0]}[pilot.env_id]
         write_run(committed, pilot.env_id, "ppo", 1, returns + [3.0, 6.0], config=recorded_config(pilot))
     jobs = {(j.script, j.seed): j for j in ewma.comparison_runs(args, ["maze"])}
     # 4 iterations of 128 env steps: the last tenth of 512, (460.8, 512], is the 4th iteration alone
     write_run(committed, "maze", "ppo", 2, [2.0, 2.0, 2.0, 8.0], config=recorded_config(jobs["ppo", 2]))
     write_run(gpu, "maze", "ppo_ewma", 1, [5.0, 5.0, 5.0, 9.0], config=recorded_config(jobs["ppo_ewma", 1]))
     write_run(gpu, "maze", "ppo_ewma", 2, [5.0, 5.0, 5.0, 10.0], config=recorded_config(jobs["ppo_ewma", 2]))
-    assert ewma.main(argv + ["--dry-run"]) is None and "4 runs planned, 0 still to train" in capsys.readouterr().out
+    assert ewma.main(argv + ["--dry-run"]) is None and "Compared: maze\n" in capsys.readouterr().out
     figure, summary = ewma.main(argv + ["--plot-only"])
     out = capsys.readouterr().out
-    # PPO 6 and 8, PPO-EWMA 9 and 10: +2.50, above the larger spread (2.00)
-    assert "| maze | 6.00, 8.00 | 9.00, 10.00 | +2.50 | +3.00, +2.00 | 2.00 | ahead |" in out
+    assert "| maze | 1 2 | 6.00, 8.00 | 9.00, 10.00 |" in out  # PPO 6 and 8, PPO-EWMA 9 and 10
+    # maze (easy) is [5, 10]: d = 3 / 5 and 2 / 5, mean 0.5, s.e. 0.1, t(1) = 12.706: [-0.771, +1.771], level
+    assert "| maze | 1 2 | +0.600, +0.400 | +0.500 | [-0.771, +1.771] | level |" in out
+    assert "| 2 pairs, 1 games | +0.5000 | 0.1000 | [-0.771, +1.771] | level | 2 of 2 | 0.500 |" in out
     assert "| (0, 100k] | 4.75 | 3.50 | 6.00 | 6.25 |" in out  # per 100k: PPO seeds 1, 2, then PPO-EWMA's
     assert os.path.getsize(figure) > 0 and len(list(csv.DictReader(open(summary)))) == 4
-    assert ewma.verdicts([{"env": "x", "algorithm": a, "seed": s, "final_return": v} for a, s, v in
-                          (("ppo", 1, 6.0), ("ppo", 2, 8.0), ("ppo_ewma", 1, 6.5), ("ppo_ewma", 2, 9.0))])[0][-2:] \
-        == ["2.50", "level"]
 
 
 def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_the_last_tenth(tmp_path, capsys):
