@@ -2,11 +2,14 @@
 import json
 import math
 import os
+import sys
 import types
 
+import pytest
 import torch
 
-from conftest import BATCH, LEARNING_COLUMNS, PPG_SCRIPTS, load, run_dirs, run_tiny, tiny_argv
+from conftest import BATCH, LEARNING_COLUMNS, PPG_SCRIPTS, ROOT, load, run_dirs, run_tiny, tiny_argv
+from sweep import SCRIPTS
 
 
 def test_tiny_run_writes_config_and_progress(script, device, tmp_path, capsys):
@@ -66,3 +69,42 @@ def test_the_eta_goes_at_this_processs_pace(capsys, monkeypatch):
     assert eta("ppo", 3, 300) == "0h08m\n"  # 5 iterations left at 100 s each, and nothing after it
     assert eta("ppg", 4, 3400) == "0h56m\n"  # 4 iterations took 3,400 s, an aux phase among them: 4 left at 850 s
     assert eta("ppo", 3, 100, start_iteration=2) == "0h08m\n"  # the whole run's mean (start_time 0) says 4h37m
+
+
+# The learning columns of a tiny run of each script, as the scripts computed them when recorded: a change that is not
+# meant to change the learning maths (the harness, the layout of a line) leaves every one of them alone, bit for bit.
+RECORDED = os.path.join(ROOT, "tests", "data", "learning_columns.json")
+COLUMNS = LEARNING_COLUMNS + ["aux_kl", "aux_value_loss", "aux_true_value_loss"]
+
+
+def learning_of_a_tiny_run(name, folder):
+    """Real Procgen, the tiny config, 2 iterations (PPG: its first phase and aux phase), the defaults otherwise."""
+    return [{c: row[c] for c in COLUMNS if c in row} for row in run_tiny(name, folder, iterations=2)[1]]
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":")[1].strip() for line in f if line.startswith("model name")), "")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="the recording names a Linux CPU model")
+def test_a_tiny_run_of_each_script_learns_exactly_as_recorded(script, tmp_path):
+    """Bit for bit on the CPU model the columns were recorded on; on another model the maths may round differently
+    in the last bits (other kernels), so there to 1e-5 relative, still far below any change of the maths."""
+    recorded = json.load(open(RECORDED))
+    rows = learning_of_a_tiny_run(script.__name__, tmp_path)
+    if cpu_model() == recorded["cpu"]:
+        assert rows == recorded["runs"][script.__name__]
+    else:
+        floats = lambda rows: [{c: float(v or "nan") for c, v in row.items()} for row in rows]  # noqa: E731
+        assert floats(rows) == pytest.approx(floats(recorded["runs"][script.__name__]), rel=1e-5, nan_ok=True)
+
+
+if __name__ == "__main__":  # `python tests/test_runs.py`: record them anew, only where the maths are meant to change
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        runs = {name: learning_of_a_tiny_run(name, os.path.join(folder, name)) for name in SCRIPTS}
+    with open(RECORDED, "w") as f:
+        json.dump({"cpu": cpu_model(), "torch": torch.__version__, "runs": runs}, f, indent=1)
+        f.write("\n")
+    print(f"recorded {RECORDED} on {cpu_model()}", file=sys.stderr)
