@@ -20,7 +20,7 @@ SCRIPTS = tuple(f"{name}.py" for name in NAMES)
 
 # (name, the line as it is, the line mutated, the test files that should catch it)
 MUTATIONS = [
-    ("ewma-no-bias-correction", "prox.lerp_(theta, 1 / w_new)", "prox.lerp_(theta, 1 - self.beta_prox)",
+    ("ewma-no-bias-correction", "prox.lerp_(theta, float(1 / w_new))", "prox.lerp_(theta, 1 - self.beta_prox)",
      ["test_ewma.py"]),
     ("clip-lower-bound", "math.log(1 - clip_coef), math.log(1 + clip_coef))", "-math.inf, math.log(1 + clip_coef))",
      ["test_objectives.py"]),
@@ -54,24 +54,23 @@ MUTATIONS = [
      "loss = aux_value_loss + args.beta_clone * kl", ["test_ppg.py"]),
     ("aux-no-aux-value-loss", "loss = aux_value_loss + args.beta_clone * kl + true_value_loss",
      "loss = args.beta_clone * kl + true_value_loss", ["test_ppg.py"]),
-    ("value-epochs-train-policy", "train_pi, train_v = epoch < args.e_pi, epoch < args.e_v",
-     "train_pi, train_v = epoch < args.e_v, epoch < args.e_v", ["test_ppg.py"]),
-    ("ewma-on-value-steps", "            if train_pi:  # theta_prox <- EWMA_beta_prox(theta), after every policy step",
-     "            if True:  # theta_prox <- EWMA_beta_prox(theta), after every policy step", ["test_ppg.py"]),
+    ("value-epochs-train-policy", "train_pi = epoch < args.e_pi", "train_pi = epoch < args.e_v", ["test_ppg.py"]),
+    ("ewma-on-value-steps", "            if train_pi:  # theta_prox <- EWMA(theta), after every policy step",
+     "            if True:  # theta_prox <- EWMA(theta), after every policy step", ["test_ppg.py"]),
     ("norm-reward-gamma-ignored", "RewardNormalizer(args.num_envs, args.norm_reward_gamma)",
      "RewardNormalizer(args.num_envs)", ["test_reward_norm.py"]),
-    ("adam-eps-ignored", "betas=args.adam_betas, eps=args.adam_eps)", "betas=args.adam_betas)",
-     ["test_reward_norm.py"]),
+    ("adam-eps-ignored", "betas=args.adam_betas,\n                                 eps=args.adam_eps)",
+     "betas=args.adam_betas)", ["test_reward_norm.py"]),
     ("init-ignored", "        pytorch_init(agent)  #", "        None  #",
      ["test_reward_norm.py"]),
     ("init-no-reset", "        layer.reset_parameters()\n", "", ["test_reward_norm.py"]),
     ("init-gains-swapped", "0.01 if layer.weight.shape[0] == NUM_ACTIONS else 1.0",
      "1.0 if layer.weight.shape[0] == NUM_ACTIONS else 0.01", ["test_reward_norm.py"]),
-    ("obs-after-step", "        rollout[\"obs\"][t], rollout[\"firsts\"][t] = next_obs, next_first\n",
+    ("obs-after-step", "        rollout[\"obs\"][t] = next_obs\n        rollout[\"firsts\"][t] = next_first\n",
      "", ["test_learning.py"],
-     "        next_obs, next_first = torch.from_numpy(obs).to(device), torch.from_numpy(first).to(device)\n",
-     "        next_obs, next_first = torch.from_numpy(obs).to(device), torch.from_numpy(first).to(device)\n"
-     "        rollout[\"obs\"][t], rollout[\"firsts\"][t] = next_obs, next_first\n"),  # the frame after the action
+     "        next_first = torch.from_numpy(first).to(device)\n",
+     "        next_first = torch.from_numpy(first).to(device)\n"
+     "        rollout[\"obs\"][t] = next_obs\n        rollout[\"firsts\"][t] = next_first\n"),  # the frame after the action
     ("advantage-sign", "pg_losses = -advantages * torch.exp(logp - logp_",
      "pg_losses = advantages * torch.exp(logp - logp_", ["test_learning.py"]),
 ]

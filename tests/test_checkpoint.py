@@ -52,20 +52,22 @@ def test_a_run_stopped_by_sigterm_and_resumed_is_the_run_that_never_stopped(ewma
     envs' games are in the checkpoint, so the same episodes go on; so are the staleness FIFO and the aux buffer. On
     the EWMA scripts, which hold all their baselines' state and more (test_diffs.py); ppo.py and ppg.py are resumed
     exactly by the kill -9 test below."""
-    name, real_log = ewma_script.__name__, ewma_script.Run.log
+    name = ewma_script.__name__
+    real_log = ewma_script.log_iteration
     full = uninterrupted(name)
 
-    def log(run, iteration, *rest):  # a SIGTERM as from `kill`, right after the row of iteration 3
-        real_log(run, iteration, *rest)
+    def log(run_dir, args, device, iteration, *rest):  # a SIGTERM as from `kill`, after the row of iteration 3
+        row = real_log(run_dir, args, device, iteration, *rest)
         if iteration == 3:
             os.kill(os.getpid(), signal.SIGTERM)
-    monkeypatch.setattr(ewma_script.Run, "log", log)
+        return row
+    monkeypatch.setattr(ewma_script, "log_iteration", log)
     with pytest.raises(SystemExit) as stop:
         ewma_script.main(stop_resume_argv(name, tmp_path / "part"))
     part = os.path.join(tmp_path, "part", os.listdir(tmp_path / "part")[0])
     assert stop.value.code == 128 + signal.SIGTERM and checkpoint(part)["iteration"] == 3
     assert "Stopped (SIGTERM), checkpoint of iteration 3: resume with" in capsys.readouterr().out
-    monkeypatch.setattr(ewma_script.Run, "log", real_log)
+    monkeypatch.setattr(ewma_script, "log_iteration", real_log)
     assert ewma_script.main(["--resume", part]) == part
     assert [r["iteration"] for r in read_progress(part)] == ["1", "2", "3", "4"] and same_rows(full, part)
     a, b = checkpoint(full), checkpoint(part)
@@ -196,6 +198,28 @@ def torchrun_cmd(script, argv, workers=2):
             os.path.join(ROOT, "tests", "stand_in.py"), script, *argv]
 
 
+def test_every_worker_stops_for_one_reason_whichever_worker_saw_it(monkeypatch):
+    """stop_check's flags are summed over the workers: a worker that saw nothing itself stops with the others, and
+    names the same reason (its own signal first, else no launcher, else another worker's signal), so that the order
+    in which the workers looked does not decide the message. Two workers, the other's flags added by hand."""
+    script = load("ppo_ewma")
+    agent = script.Agent(script.NUM_ACTIONS)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    row = {"iteration": 7, "policy_loss": 0.5}
+
+    def stop_with(other, own_signal=None):  # other: the other worker's (non-finite, signalled, no launcher)
+        monkeypatch.setattr(script, "all_reduce_sum", lambda flags: flags + torch.tensor(other, dtype=flags.dtype))
+        monkeypatch.setattr(script, "SIGNALLED", [own_signal] if own_signal else [])
+        return script.stop_check(row, agent, "cpu")
+
+    assert stop_with((0, 0, 0)) == (None, None)
+    assert stop_with((0, 0, 1)) == (None, "no launcher")
+    assert stop_with((0, 1, 1)) == (None, "no launcher")
+    assert stop_with((0, 1, 0)) == (None, "SIGTERM")
+    assert stop_with((0, 0, 1), own_signal="SIGINT") == (None, "SIGINT")
+    assert stop_with((1, 0, 0)) == ("iteration 7: non-finite values on another worker", None)
+
+
 def test_a_resume_whose_workers_checkpoints_disagree_is_refused(two_workers):
     """Every worker saves its own checkpoint: with rank 1's put back from an earlier iteration, the ranks would train
     out of step; the resume is refused in one line instead, every worker exits with code 2 (at once: no C++ abort on
@@ -209,7 +233,7 @@ def test_a_resume_whose_workers_checkpoints_disagree_is_refused(two_workers):
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
-    """Run.check and Run.save, the same in all four scripts (the appendix): one script stands for all."""
+    """stop_check and save_checkpoint, the same in all four scripts (the appendix): one script stands for all."""
     script = load("ppo_ewma")
     real_update, calls = script.update, []
 

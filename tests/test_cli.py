@@ -21,7 +21,6 @@ COMMON_BAD = [
     (["--num-minibatches", "7"], "--num-minibatches"),  # divides neither the 64 envs nor 64 x k
     (["--num-minibatches", "7", "--minibatch-by", "step"], "--num-minibatches"),  # nor the 64 x 256 steps
     (["--num-minibatches", "128", "--num-steps", "3"], "--num-minibatches"),  # 2 time chunks of 3 steps
-    (["--learning-rate", "0"], "--learning-rate"),
     (["--learning-rate", "-1e-3"], "--learning-rate"),  # argparse: "expected one argument", still one line
     (["--learning-rate", "nan"], "--learning-rate"),
     (["--adam-eps", "inf"], "--adam-eps"),
@@ -32,15 +31,12 @@ COMMON_BAD = [
     (["--kl-penalty", "-1"], "--kl-penalty"),
     (["--ent-coef", "nan"], "--ent-coef"),
     (["--adv-ewma-decay", "1"], "--adv-ewma-decay"),
-    (["--imp-samp-max", "0.5"], "--imp-samp-max"),  # 0 (no cap) or at least 1
     (["--imp-samp-max", "inf"], "--imp-samp-max"),  # no cap is 0
+    (["--num-levels", "-2"], "--num-levels"),
     (["--staleness", "-1"], "--staleness"),
     (["--batch-divisor", "3"], "--num-envs"),  # 64 envs cannot be divided by 3
     (["--batch-divisor", "0"], "--batch-divisor"),
     (["--seed", "-1"], "--seed"),
-    (["--seed", str(2 ** 31)], "--seed"),  # Procgen's seeds are 31-bit: refused before any folder is made
-    (["--start-level", str(2 ** 40)], "--start-level"),
-    (["--num-levels", str(2 ** 40)], "--num-levels"),
     (["--micro-batch-size", "-1"], "--micro-batch-size"),
 ]
 CASES = ([("ppo_ewma", argv, flag) for argv, flag in COMMON_BAD]
@@ -69,17 +65,24 @@ def folder_digest(folder):
 
 
 RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the message must contain)
-    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--gamma", "0.9"], "--gamma", "has 0.999"),
+    # a resumed run keeps its configuration: a flag that is not one a resume may change is refused, even with the
+    # run's own value, and so is a flag typed in part
+    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--gamma", "0.9"], "--gamma",
+     "a resumed run keeps its configuration"),
+    ("ppo_ewma", ["--resume", "RUN", "--gamma", "0.999"], "--gamma", "only --total-timesteps, --cuda"),
+    ("ppo_ewma", ["--resume", "RUN", "--total-time", str(4 * BATCH)], "--total-time", "unrecognized arguments"),
     ("ppo", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH)], "--resume",
      "is a run of ppo_ewma.py, not of this ppo.py"),
     ("ppg", ["--evaluate", "RUN"], "--evaluate", "is a run of ppo_ewma.py, not of this ppg.py"),
     ("ppo_ewma", ["--resume", "RUN/nowhere"], "--resume", "no checkpoint.pt in"),
-    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--bf16"], "--bf16", "has False, got True"),
+    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--bf16"], "--bf16",
+     "a resumed run keeps its configuration"),
     # a resume checks the flags it may change as a new run does, and never shortens the run
     ("ppo_ewma", ["--resume", "RUN", "--save-interval", "0"], "--save-interval", "must be at least 1"),
     ("ppo_ewma", ["--resume", "RUN", "--eval-interval", "0"], "--eval-interval", "must be at least 1"),
     ("ppo_ewma", ["--resume", "RUN", "--eval-episodes", "-1"], "--eval-episodes", "must be at least 0"),
-    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(BATCH)], "--total-timesteps", f"has {2 * BATCH}"),
+    ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(BATCH)], "--total-timesteps",
+     f"never shortens the run, which has {2 * BATCH}"),
 ]
 
 
@@ -102,26 +105,22 @@ def test_a_run_of_an_older_version_is_refused(finished_ppo_ewma, tmp_path, bad_a
     assert "from an older ppo_ewma.py, with no minibatch_by" in message
 
 
-@pytest.mark.parametrize("edit", ["cut", "list", "split"])
-def test_a_damaged_or_edited_config_json_is_refused_in_one_line(edit, finished_ppo_ewma, tmp_path, bad_argument):
-    """config.json cut short or not a dict: one line; edited to a split a new run refuses (7 minibatches of 4 envs x
-    8 steps): refused as a new run's flags are, rather than trained and written back."""
+@pytest.mark.parametrize("edit", ["cut", "list"])
+def test_a_damaged_config_json_is_refused_in_one_line(edit, finished_ppo_ewma, tmp_path, bad_argument):
+    """config.json cut short or not a dict: one line."""
     import shutil
     run_dir = shutil.copytree(finished_ppo_ewma, tmp_path / "copy")
     text = (run_dir / "config.json").read_text()
-    config = json.loads(text)
-    (run_dir / "config.json").write_text({"cut": text[:len(text) // 2], "list": "[1, 2]",
-                                          "split": json.dumps({**config, "num_minibatches": 7})}[edit])
-    flag = "--num-minibatches" if edit == "split" else "--resume"
-    assert ("cannot read" in bad_argument("ppo_ewma", ["--resume", str(run_dir)], flag)) == (edit != "split")
+    (run_dir / "config.json").write_text({"cut": text[:len(text) // 2], "list": "[1, 2]"}[edit])
+    assert "cannot read" in bad_argument("ppo_ewma", ["--resume", str(run_dir)], "--resume")
 
 
 def test_bad_argument_from_the_shell_writes_nothing(tmp_path):
     """The real command line: exit 2, exactly one line on stderr (no traceback, no notice), no run folder."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "ppo_ewma.py"), "--learning-rate", "0"],
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "ppo_ewma.py"), "--learning-rate", "nan"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == "ppo_ewma.py: error: argument --learning-rate: must be above 0 and finite, got 0.0\n"
+    assert proc.stderr == "ppo_ewma.py: error: argument --learning-rate: must be at least 0 and finite, got nan\n"
     assert os.listdir(tmp_path) == []
 
 
@@ -147,13 +146,13 @@ def test_a_runs_dir_with_a_tilde_is_the_home_folder(tmp_path, monkeypatch):
 
 
 def test_resume_takes_the_saved_config_and_only_safe_changes(finished_ppo_ewma, tmp_path):
-    """The saved config.json is the parser's defaults: a resume needs no flag but --resume, repeats of the run's
-    values are accepted, and the flags that cannot change the run's maths may change (here --micro-batch-size)."""
+    """The saved config.json is the parser's defaults: a resume needs no flag but --resume, and the flags that
+    cannot change the run's maths may change (here --micro-batch-size, --no-cuda)."""
     import shutil
     ppo_ewma = load("ppo_ewma")
     run_dir = str(shutil.copytree(finished_ppo_ewma, tmp_path / "copy"))
-    args = ppo_ewma.parse_args(["--resume", run_dir, "--total-timesteps", str(4 * BATCH), "--num-envs", "4", "--gamma",
-                                "0.999", "--micro-batch-size", "16"])
+    args = ppo_ewma.parse_args(["--resume", run_dir, "--total-timesteps", str(4 * BATCH), "--micro-batch-size", "16",
+                                "--no-cuda"])
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert args.num_envs == config["num_envs"] == 4 and args.learning_rate == config["learning_rate"]
     assert args.total_timesteps == 4 * BATCH and args.micro_batch_size == 16 and args.resume == run_dir

@@ -135,7 +135,8 @@ def test_every_committed_run_is_complete_and_what_todays_script_would_run(capsys
         found = problems(run_dir, plans, capsys)
         if not found:
             config = {**sweep.ADDED, **json.load(open(os.path.join(run_dir, "config.json")))}
-            key = (config["env_id"], config["exp_name"], config["seed"], *map(config.get, sweep.OFFICIAL_CODE))
+            key = (config["env_id"], config["exp_name"], config["seed"], config["total_timesteps"],
+                   *map(config.get, sweep.OFFICIAL_CODE))
             if key in keys:  # the figures would show one of them only (a default run before and after issue 36: both)
                 found.append(f"the same run as {os.path.basename(keys[key])}")
             keys[key] = run_dir

@@ -130,7 +130,7 @@ def test_batch_divisor_needs_one_policy_epoch(name, bad_argument):
 
 def test_batch_divisor_must_divide_num_envs(bad_argument):  # the appendix's check: one script stands for all
     err = bad_argument("ppg_ewma", divisor_argv("ppg_ewma", 3), "--num-envs")
-    assert "must be a multiple of --batch-divisor (3), got 64" in err
+    assert "must be a multiple of --batch-divisor, got 64" in err
 
 
 @pytest.mark.parametrize("name", ["ppo", "ppo_ewma", "ppg"])
@@ -266,7 +266,7 @@ def test_clip_coef_of_one_is_refused(bad_argument):
     """--clip-coef is epsilon in [0, 1): the loss clips log r to [log(1 - eps), log(1 + eps)], and log 0 does not exist.
     eps = 1 is refused by parse_args (one line, exit 2, nothing written), never a crash mid-run."""
     err = bad_argument("ppo", ["--clip-coef", "1"], "--clip-coef")
-    assert "must be in [0, 1), got 1.0" in err
+    assert "must be in [0, 1), got 1" in err
 
 
 # --- Artificial staleness (Section 5.1) ----------------------------------------------------------------------

@@ -88,8 +88,8 @@ def test_a_ppg_run_saves_right_after_its_aux_phases_only_and_ends_with_one(tmp_p
     main()'s lines that say so are the same in both PPG scripts."""
     ppg_script = load("ppg_ewma")
     saved, real_save = [], ppg_script.save_checkpoint
-    monkeypatch.setattr(ppg_script, "save_checkpoint", lambda run, learner, fifo, i: (saved.append(i),
-                                                                                      real_save(run, learner, fifo, i)))
+    monkeypatch.setattr(ppg_script, "save_checkpoint", lambda run_dir, learner, fifo, i, time_s: (
+        saved.append(i), real_save(run_dir, learner, fifo, i, time_s)))
     run_dir, rows = run_tiny(ppg_script.__name__, tmp_path, "--save-interval", "1", iterations=3)
     assert [r["iteration"] for r in rows] == ["1", "2", "3", "4"] and saved == [2, 4]
     for r in rows:  # aux columns on the rows that end a phase, empty on the others
@@ -108,7 +108,7 @@ def test_a_stop_mid_phase_keeps_the_phase_and_the_resume_goes_on_as_if_never_sto
     SIGTERM test."""
     ppg_script = load("ppg")
     monkeypatch.setattr(ppg_script, "ProcgenVecEnv", StatelessEnv)
-    name, sizes, real_log, real_aux_phase = ppg_script.__name__, [], ppg_script.Run.log, ppg_script.aux_phase
+    name, sizes, real_log, real_aux_phase = ppg_script.__name__, [], ppg_script.log_iteration, ppg_script.aux_phase
     argv = lambda folder: tiny_argv(name, "--runs-dir", str(tmp_path / folder), "--n-pi", "3",  # noqa: E731
                                     "--total-timesteps", str(6 * BATCH))
     monkeypatch.setattr(ppg_script, "aux_phase", lambda agent, opt, buffer, *rest: (
@@ -117,11 +117,12 @@ def test_a_stop_mid_phase_keeps_the_phase_and_the_resume_goes_on_as_if_never_sto
     assert sizes == [12, 12]
 
     def stop_after(iteration):  # a SIGTERM as from `kill`, right after the row of `iteration` is written
-        def log(run, i, *rest):
-            real_log(run, i, *rest)
+        def log(run_dir, args, device, i, *rest):
+            row = real_log(run_dir, args, device, i, *rest)
             if i == iteration:
                 os.kill(os.getpid(), signal.SIGTERM)
-        monkeypatch.setattr(ppg_script.Run, "log", log)
+            return row
+        monkeypatch.setattr(ppg_script, "log_iteration", log)
 
     sizes.clear()
     stop_after(2)
@@ -202,9 +203,10 @@ def test_aux_phase_with_zero_step_size_has_zero_kl_and_hand_computed_value_losse
     optimizer = torch.optim.Adam(agent.parameters(), lr=0.0, eps=1e-8)
     logged = ppg_script.aux_phase(agent, optimizer, buffer, args)
     assert all(torch.equal(p, q) for p, q in zip(agent.parameters(), before))
+    assert buffer.size == 0  # the aux phase took the phase's trajectories: the next phase fills it anew
 
     assert abs(logged["aux_kl"]) < 1e-6
-    obs, returns = buffer.obs[:buffer.size].flatten(0, 1), buffer.returns[:buffer.size].flatten()
+    obs, returns = buffer.obs[:n_pi * N].flatten(0, 1), buffer.returns[:n_pi * N].flatten()
     with torch.no_grad():
         _, aux_value = agent.policy(obs)
         value = agent.value(obs).squeeze(-1)
@@ -221,12 +223,12 @@ def test_aux_phase_steps_on_the_gradient_of_its_loss_by_hand(ppg_script):
                                     beta_clone=2.5)
     old = copy.deepcopy(agent)
     optimizer = RecordingSGD(agent.parameters(), lr=0.5)
-    ppg_script.aux_phase(agent, optimizer, buffer, args, log=lambda *a: None)
+    ppg_script.aux_phase(agent, optimizer, buffer, args)
     assert len(optimizer.grads) == 2
     at_step = copy.deepcopy(agent)
     for p, before in zip(at_step.parameters(), optimizer.before[1]):
         p.data.copy_(before)
-    obs, returns = buffer.obs[:buffer.size].flatten(0, 1), buffer.returns[:buffer.size].flatten()
+    obs, returns = buffer.obs[:n_pi * N].flatten(0, 1), buffer.returns[:n_pi * N].flatten()
     with torch.no_grad():
         p_old = torch.softmax(old.logits(obs), -1)
     logits, aux_value = at_step.policy(obs)

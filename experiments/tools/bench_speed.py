@@ -259,7 +259,7 @@ def pieces_mode(args):
               (f"policy network forward + backward ({micro})", policy_pass, passes),
               (f"value network forward + backward ({micro})", value_pass, passes),
               ("Adam step (both networks)", aux_optimizer.step, minibatches)]
-    whole = seconds(lambda: ppg.aux_phase(agent, aux_optimizer, buffer, cfg, log=lambda *a: None))
+    whole = seconds(lambda: ppg.aux_phase(agent, aux_optimizer, buffer, cfg))
     print(f"\nppg.py's aux phase over {n} trajectories x {steps} steps: E_aux {cfg.e_aux}, minibatches of "
           f"{cfg.aux_minibatch_trajs} trajectories, micro-batch {cfg.micro_batch_size or 'off'}: {whole:.1f} s "
           f"({whole / b * 1e3:.2f} ms per env step)")
