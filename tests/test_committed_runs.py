@@ -21,7 +21,7 @@ staleness = load_experiment("fig1_staleness")
 ewma_vs_ppo = load_experiment("fig4_ewma_vs_baseline")
 
 # The flags that say which run it is, given on its command line whatever their value.
-IDENTITY = ("env_id", "seed", "exp_name", "total_timesteps", "batch_divisor", "update_epochs", "no_adjust")
+IDENTITY = ("env_id", "seed", "exp_name", "total_timesteps", "num_envs", "batch_divisor", "update_epochs", "no_adjust")
 # Keys that may differ between two launches of the same run: where and how it ran, not what it trained.
 PER_LAUNCH = ("runs_dir",  # the launching machine's folder
               "save_model",  # checkpoints or not
@@ -56,6 +56,7 @@ def command_line(config, plans):
     """The flags of the run in `config`: those that identify it and, for a figure runner's run, the options that
     runner passes (sizes, difficulty, --save-model, ...). Everything else is left to today's defaults."""
     options = {key: config[key] for key in IDENTITY if key in config}
+    options["num_envs"] = config["num_envs"] * config.get("batch_divisor", 1)  # recorded after Section 4's division
     if config["exp_name"] != config["script"][:-3]:  # not the script's own name: a figure runner's run
         planned = plans.get((config["env_id"], config["exp_name"], config["seed"]))
         if planned is None:  # a run made by hand: its documented line, with its own identity (seed, length...)
