@@ -1,9 +1,10 @@
 """Tiny real runs of each script on Procgen: the files a run writes, and reproducibility by seed."""
+import gc
 import json
 import math
 import os
-import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -70,18 +71,6 @@ def test_the_eta_goes_at_this_processs_pace(capsys, monkeypatch, tmp_path):
     assert eta("ppo", 3, 100, start=2) == "0h08m\n"  # one iteration here took 100 s
 
 
-def test_a_tiny_run_of_each_script_leaves_no_file_unclosed(tmp_path):
-    """Every file a run writes is closed by `with`: under `python -X dev`, which prints every ResourceWarning, tiny
-    runs of the four scripts in one process print none."""
-    code = ("import sys; sys.path.insert(0, 'tests'); from conftest import load, tiny_argv\n"
-            "for name in ('ppo', 'ppo_ewma', 'ppg', 'ppg_ewma'):\n"
-            "    load(name).main(tiny_argv(name, '--runs-dir', sys.argv[1], '--total-timesteps', '32'))")
-    proc = subprocess.run([sys.executable, "-X", "dev", "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0 and len(run_dirs(tmp_path)) == 4, proc.stderr[-3000:]
-    assert "ResourceWarning" not in proc.stderr, proc.stderr[-3000:]
-
-
 # The learning columns of a tiny run of each script, as the scripts computed them when recorded: a change that is not
 # meant to change the learning maths (the harness, the layout of a line) leaves every one of them alone, bit for bit.
 RECORDED = os.path.join(ROOT, "tests", "data", "learning_columns.json")
@@ -98,18 +87,36 @@ def cpu_model():
         return next((line.split(":")[1].strip() for line in f if line.startswith("model name")), "")
 
 
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    """{script: (learning_of_a_tiny_run, the ResourceWarnings it raised)}: a file left to the garbage collector, not
+    closed by `with`, raises one (`python -X dev` prints them)."""
+    runs = {}
+    for name in SCRIPTS:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            rows = learning_of_a_tiny_run(name, tmp_path_factory.mktemp(name))
+            gc.collect()
+        runs[name] = rows, [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    return runs
+
+
+def test_a_tiny_run_of_each_script_leaves_no_file_unclosed(tiny_runs):
+    assert {name: unclosed for name, (_, unclosed) in tiny_runs.items() if unclosed} == {}
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="the recording names a Linux CPU model")
-def test_a_tiny_run_of_each_script_learns_exactly_as_recorded(script, tmp_path):
+def test_a_tiny_run_of_each_script_learns_exactly_as_recorded(tiny_runs):
     """Bit for bit on the CPU model the columns were recorded on. Another model rounds differently (other kernels):
     the same code gave the same episodes on an AMD EPYC and an Intel Xeon, its losses 3e-5 apart relative, so
     there to 1e-3 relative, still below any change of the maths."""
     recorded = json.load(open(RECORDED))
-    rows = learning_of_a_tiny_run(script.__name__, tmp_path)
-    if cpu_model() == recorded["cpu"]:
-        assert rows == recorded["runs"][script.__name__]
-    else:
-        floats = lambda rows: [{c: float(v or "nan") for c, v in row.items()} for row in rows]  # noqa: E731
-        assert floats(rows) == pytest.approx(floats(recorded["runs"][script.__name__]), rel=1e-3, nan_ok=True)
+    floats = lambda rows: [{c: float(v or "nan") for c, v in row.items()} for row in rows]  # noqa: E731
+    for name, (rows, _) in tiny_runs.items():
+        if cpu_model() == recorded["cpu"]:
+            assert rows == recorded["runs"][name], name
+        else:
+            assert floats(rows) == pytest.approx(floats(recorded["runs"][name]), rel=1e-3, nan_ok=True), name
 
 
 if __name__ == "__main__":  # `python tests/test_runs.py`: record them anew, only where the maths are meant to change
