@@ -92,6 +92,7 @@ def tiny_runs(tmp_path_factory):
     """{script: (learning_of_a_tiny_run, the ResourceWarnings it raised)}: a file left to the garbage collector, not
     closed by `with`, raises one (`python -X dev` prints them)."""
     runs = {}
+    gc.collect()  # the other tests' garbage first: a file they leave open is not these runs'
     for name in SCRIPTS:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ResourceWarning)
