@@ -42,14 +42,22 @@ def test_a_damaged_checkpoint_on_resume_names_the_file_and_the_way_out(finished_
     assert err.startswith(f"ppo.py: error: cannot read {path}") and err.strip().endswith("or start a new run")
 
 
-def test_sigterm_during_a_resume_saves_and_the_run_goes_on_from_there(finished_ppo, tmp_path):
-    """A SIGTERM as the resumed run's first iteration begins: that iteration ends, is saved, and the resume command is
+def test_sigterm_during_a_resume_saves_and_the_run_goes_on_from_there(finished_ppo, tmp_path, monkeypatch, capsys):
+    """A SIGTERM as the resumed run's first rollout begins: that iteration ends, is saved, and the resume command is
     printed."""
-    run_dir = copy_run(finished_ppo, tmp_path)
-    proc = started("ppo", ["--resume", run_dir, "--total-timesteps", "1000000"], at_rollout="1,SIGTERM")
-    assert proc.wait(timeout=300) == 128 + signal.SIGTERM
+    ppo, run_dir = load("ppo"), copy_run(finished_ppo, tmp_path)
+    real_rollout = ppo.collect_rollout
+
+    def rollout(*args):  # a SIGTERM as from `kill`, once
+        monkeypatch.setattr(ppo, "collect_rollout", real_rollout)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_rollout(*args)
+    monkeypatch.setattr(ppo, "collect_rollout", rollout)
+    with pytest.raises(SystemExit) as stop:
+        ppo.main(["--resume", run_dir, "--total-timesteps", "1000000"])
+    assert stop.value.code == 128 + signal.SIGTERM
     assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["iteration"] == 3
-    assert "Stopped (SIGTERM), checkpoint of iteration 3: resume with python" in proc.stdout.read()
+    assert "Stopped (SIGTERM), checkpoint of iteration 3: resume with python" in capsys.readouterr().out
 
 
 def start(argv, **kw):
