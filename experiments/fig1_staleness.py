@@ -29,13 +29,16 @@ copied to data/runs when it finishes (the same command continues the sweep in a 
 README's ppo.py run (at K = 0 the three objectives are one). An iteration is 16,384 env steps here (the paper's
 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone: docs/figures/fig1_cpu.png (the
 return over the last 10% of the env steps against K, one line per objective; each objective's learning curves),
-data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run and over the last 10%.
+data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run and over the last 10%, with
+fresh PPO after as many updates as each K allows, and each run's entropy, approx_kl and clipfrac over the last 10%.
 
 Resumable: finished runs (same exp_name, e.g. fig1__ppo__old-recent__stale4, matching config, progress
 reaching --total-timesteps) are skipped, so rerunning the same command continues an interrupted sweep.
 """
 import os
 import sys
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import analysis  # noqa: E402
@@ -140,7 +143,30 @@ def make_cpu_figure(loaded, rows, args, out):
     print(f"\nMean return over the last {args.final_frac:.0%} of the env steps, mean over seeds\n\n"
           + analysis.markdown_table(["objective", *[f"K = {k}" for k in ks]],
                                     [[VARIANTS[v][2], *[analysis.cell(finals[v, k]["mean"]) if (v, k) in finals else ""
-                                                        for k in ks]] for v in args.variants]))
+                                                        for k in ks]] for v in args.variants]
+                                   + [lag_matched(runs.values(), ks, args)]))
+    print(f"\nOver the last {args.final_frac:.0%} of the env steps, per iteration: the policy's entropy, the KL of an "
+          f"update (approx_kl) and the fraction of samples clipped\n\n" + diagnostics(runs.values(), labels, args))
+
+
+def lag_matched(runs, ks, args):
+    """The finals table's last row: fresh PPO (K = 0) after as many updates as a run K stale has made, its return over
+    the last tenth's iterations moved K earlier. Whatever K costs beyond the updates it idles shows against this."""
+    batch = args.num_envs * args.num_steps
+    low, high = (1 - args.final_frac) * args.total_timesteps, args.total_timesteps
+    fresh = [run for run in runs if run["tags"]["staleness"] == 0]
+    means = [np.mean([analysis.window_return(run, low - k * batch, high - k * batch) for run in fresh]) for k in ks]
+    return ["fresh PPO after as many updates", *map(analysis.cell, means)]
+
+
+def diagnostics(runs, labels, args):
+    """Markdown: a row per run, the mean entropy, approx_kl and clipfrac of its iterations in the last tenth."""
+    low = (1 - args.final_frac) * args.total_timesteps
+    columns = ("entropy", "approx_kl", "clipfrac")
+    rows = [[label, *[analysis.cell(analysis.column_mean(analysis.in_steps(run["rows"], low, args.total_timesteps), c),
+                                    "{:.4f}" if c == "approx_kl" else "{:.3f}") for c in columns]]
+            for run, label in zip(runs, labels)]
+    return analysis.markdown_table(["run", *columns], rows)
 
 
 def main(argv=None):

@@ -1,5 +1,6 @@
 """experiments/: plotting, grouping and normalisation on synthetic run folders, the runners' commands,
 resumable sweeps, and one real end-to-end sweep of the staleness runner on the tiny config."""
+import argparse
 import csv
 import json
 import math
@@ -423,6 +424,24 @@ def test_core_slots_split_the_cores():
 
 
 # --- End to end: two real tiny runs through the staleness runner ----------------------------------------
+def test_staleness_tables_lag_matched_and_diagnostics_by_hand():
+    """Fresh PPO after as many updates: the K = 0 runs' last tenth moved K iterations earlier, averaged over seeds;
+    the diagnostics: each run's mean entropy, approx_kl and clipfrac over its last tenth."""
+    staleness = load_experiment("fig1_staleness")
+    args = argparse.Namespace(num_envs=2, num_steps=5, final_frac=0.2, total_timesteps=100)  # 10 env steps a batch
+
+    def run(name, k, offset):
+        rows = [{"iteration": i + 1, "global_step": 10.0 * (i + 1), "episodic_return": i + offset,
+                 "entropy": 2.0 - i / 10, "approx_kl": i / 1000, "clipfrac": i / 100} for i in range(10)]
+        return {"dir": f"/runs/{name}", "tags": {"staleness": k}, "config": {"seed": 1}, "rows": rows}
+    runs = [run("fresh1", 0, 0.0), run("fresh2", 0, 1.0), run("stale", 2, 50.0)]
+    # (80, 100]: iterations 9 and 10, returns 8 and 9 (seed 2: 9 and 10); K = 2: (60, 80]; K = 3: (50, 70]
+    assert staleness.lag_matched(runs, [0, 2, 3], args) == ["fresh PPO after as many updates", "9.00", "7.00", "6.00"]
+    table = staleness.diagnostics(runs[:1], ["K=0 seed 1"], args).splitlines()
+    assert table[0] == "| run | entropy | approx_kl | clipfrac |"
+    assert table[2] == "| K=0 seed 1 | 1.150 | 0.0085 | 0.085 |"
+
+
 def test_staleness_runner_end_to_end(tmp_path, capsys):
     staleness = load_experiment("fig1_staleness")
     argv = ["--tiny", "--staleness-values", "2", "--variants", "recent", "decoupled", "--runs-dir", str(tmp_path)]
