@@ -24,7 +24,8 @@ steps per iteration), 49,152 steps (48 iterations) per run: 5 ppo.py runs (~6.3 
 ppo_ewma.py runs (~9 min each). Too short to learn much: it checks the pipeline, not the paper's claim.
 
 --cpu (the paper's three findings at CPU scale): StarPilot, easy, seed 1, 1M env steps, the scripts' defaults
-otherwise, staleness 0 2 8: the six runs at K = 2 and 8, one at a time on both cores into runs/fig1_cpu, each
+otherwise, staleness 0 2 8: the six runs at K = 2 and 8, and a control, (b) at K = 8 with --no-clip-vloss (the value
+loss's clip is centred on values predicted K iterations earlier), one at a time on both cores into runs/fig1_cpu, each
 copied to data/runs when it finishes (the same command continues the sweep in a later session); K = 0 is the
 README's ppo.py run (at K = 0 the three objectives are one). An iteration is 16,384 env steps here (the paper's
 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone: docs/figures/fig1_cpu.png (the
@@ -49,16 +50,19 @@ VARIANTS = {  # name: (script, options, label)
     "recent": ("ppo", {"old_policy": "recent"}, "(a) PPO, old = recent"),
     "decoupled": ("ppo_ewma", {"prox": "recent"}, "(b) decoupled, prox = recent"),
     "behav": ("ppo", {"old_policy": "behav"}, "(c) PPO, old = behav"),
+    # a control: under staleness the value loss's clip is centred on values predicted K iterations earlier
+    "noclip": ("ppo_ewma", {"prox": "recent", "clip_vloss": False}, "(b) without the value clip"),
 }
+OBJECTIVES = ["recent", "decoupled", "behav"]
 PAPER = {"envs": list(sweep.PROCGEN_GAMES), "seeds": [1, 2, 3, 4], "total_timesteps": 100_000_000,
          "distribution_mode": "hard", "num_envs": 256, "num_steps": 256, "num_minibatches": 8,
-         "staleness_values": [0, 1, 2, 4, 8, 16], "variants": list(VARIANTS), "runs_dir": "runs/fig1"}
+         "staleness_values": [0, 1, 2, 4, 8, 16], "variants": OBJECTIVES, "runs_dir": "runs/fig1"}
 QUICK = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 49_152, "distribution_mode": "easy",
          "num_envs": 16, "num_steps": 64, "num_minibatches": 8, "staleness_values": [0, 2, 8],
          "parallel": 2}
 CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distribution_mode": "easy",
        "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "staleness_values": [0, 2, 8], "defaults": True,
-       "save_model": True, "committed": sweep.COMMITTED,
+       "save_model": True, "committed": sweep.COMMITTED, "controls": [("noclip", 8, 1)],  # (variant, K, seed)
        "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
        "sps_per_core": {"ppo": 235, "ppo_ewma": 235},
        "estimate_note": "from ppo.py's runs at K = 0, one at a time on 2 cores (AMD EPYC, Zen 4)"}
@@ -83,14 +87,26 @@ def build_runs(args):
                 script_k, name = "ppo", sweep.README_EXP_NAMES["ppo"] if args.cpu else "fig1__ppo__stale0"
                 options_k = {"old_policy": "behav"}
             else:
-                knob = "-".join(f"{key.replace('_policy', '')}-{value}" for key, value in options.items())
-                script_k, name, options_k = script, f"fig1__{script}__{knob}__stale{k}", options
+                script_k, name, options_k = script, run_name(script, options, k), options
             for env in args.envs:
                 for seed in args.seeds:
                     runs.append(sweep.Job(script_k, env, seed, name, args.total_timesteps,
                                           {**sweep.base_options(args, script_k), **options_k, "staleness": k},
                                           {"variant": variant, "staleness": k}))
+    for variant, k, seed in getattr(args, "controls", []):  # --cpu: single runs beside the sweep
+        script, options, _ = VARIANTS[variant]
+        for env in args.envs:
+            runs.append(sweep.Job(script, env, seed, run_name(script, options, k), args.total_timesteps,
+                                  {**sweep.base_options(args, script), **options, "staleness": k},
+                                  {"variant": variant, "staleness": k}))
     return runs
+
+
+def run_name(script, options, k):
+    """e.g. fig1__ppo__old-recent__stale2, fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8"""
+    knob = "-".join(f"{key.replace('_policy', '')}-{value}" if value is not False else f"no-{key.replace('_', '-')}"
+                    for key, value in options.items())
+    return f"fig1__{script}__{knob}__stale{k}"
 
 
 def make_figure(loaded, rows, args, out):
@@ -122,10 +138,12 @@ def cpu_rows(loaded, args):
 def make_cpu_figure(loaded, rows, args, out):
     """The return over the last tenth against K, a line per objective; each objective's learning curves per K
     (smoothed over 100k env steps); printed: the return per 100k env steps of every run and the last tenth's."""
-    loaded, ks = [analysis.without_resumed(r) for r in loaded], sorted(args.staleness_values)
+    loaded = [analysis.without_resumed(r) for r in loaded]
+    ks = sorted({*args.staleness_values, *(r["tags"]["staleness"] for r in loaded)})  # a control's K too
     finals = analysis.aggregate_final(rows, ("variant", "staleness"), "final_return")
+    shown = [v for v in VARIANTS if v in args.variants or any(key[0] == v for key in finals)]
     fig, axes = figures.subplots(1 + len(args.variants), "Figure 1 at CPU scale: PPO with artificial staleness", args)
-    figures.plot_final(axes[0], finals, {v: VARIANTS[v][2] for v in args.variants}, "staleness K (iterations)",
+    figures.plot_final(axes[0], finals, {v: VARIANTS[v][2] for v in shown}, "staleness K (iterations)",
                        f"return over the last {args.final_frac:.0%} of env steps")
     axes[0].set_xscale("symlog", linthresh=1)
     axes[0].set_xticks(ks, [str(k) for k in ks])
@@ -143,7 +161,7 @@ def make_cpu_figure(loaded, rows, args, out):
     print(f"\nMean return over the last {args.final_frac:.0%} of the env steps, mean over seeds\n\n"
           + analysis.markdown_table(["objective", *[f"K = {k}" for k in ks]],
                                     [[VARIANTS[v][2], *[analysis.cell(finals[v, k]["mean"]) if (v, k) in finals else ""
-                                                        for k in ks]] for v in args.variants]
+                                                        for k in ks]] for v in shown]
                                    + [lag_matched(runs.values(), ks, args)]))
     print(f"\nOver the last {args.final_frac:.0%} of the env steps, per iteration: the policy's entropy, the KL of an "
           f"update (approx_kl) and the fraction of samples clipped\n\n" + diagnostics(runs.values(), labels, args))

@@ -592,16 +592,23 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
             "--out-dir", str(tmp_path)]
     runs = staleness.build_runs(staleness.parse_args(argv))
     at_0 = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 0}
-    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 4
-    assert all(r.options[k] == v for r in runs for k, v in sweep.DEFAULTS[r.script].items())
+    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 5
+    control = sweep.DEFAULTS["ppo_ewma"] | {"clip_vloss": False, "prox": "recent", "staleness": 8}
+    controls = [r for r in runs if r.tags == {"variant": "noclip", "staleness": 8}]
+    assert [r.exp_name for r in controls] == ["fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8"]
+    assert all(controls[0].options[k] == v for k, v in control.items())
+    assert all(r.options[k] == v for r in runs if r not in controls for k, v in sweep.DEFAULTS[r.script].items())
     returns = {0: [1.0, 2.0, 3.0, 4.0], ("recent", 2): [1.0, 1.0, 1.0, 0.5], ("decoupled", 2): [1.0, 2.0, 3.0, 5.0],
-               ("behav", 2): [1.0, 2.0, 2.0, 2.5]}  # 4 iterations of 128: the last tenth is the 4th alone
+               ("behav", 2): [1.0, 2.0, 2.0, 2.5], ("noclip", 8): [1.0, 1.0, 1.0, 3.0]}  # 4 iterations of 128: the
+    # last tenth is the 4th alone
     for run in sweep.unique_runs(runs):
-        key = 0 if run.tags["staleness"] == 0 else (run.tags["variant"], 2)
+        key = 0 if run.tags["staleness"] == 0 else (run.tags["variant"], run.tags["staleness"])
         write_run(committed, "starpilot", run.exp_name, 1, returns[key], config=recorded_config(run))
     figure, summary = staleness.main(argv + ["--plot-only"])
     out = capsys.readouterr().out
     assert "| (a) PPO, old = recent | 4.00 | 0.50 |" in out and "| (b) decoupled, prox = recent | 4.00 | 5.00 |" in out
     assert "| (c) PPO, old = behav | 4.00 | 2.50 |" in out and os.path.getsize(figure) > 0
-    assert "| env steps | K=0 (all) seed 1 | K=2 recent seed 1 | K=2 decoupled seed 1 | K=2 behav seed 1 |" in out
-    assert len(list(csv.DictReader(open(summary)))) == 6  # the K = 0 run once per objective
+    assert "| (b) without the value clip |  |  | 3.00 |" in out  # the control, at its own K
+    assert ("| env steps | K=0 (all) seed 1 | K=2 recent seed 1 | K=2 decoupled seed 1 | K=2 behav seed 1 | "
+            "K=8 noclip seed 1 |") in out
+    assert len(list(csv.DictReader(open(summary)))) == 7  # the K = 0 run once per objective
