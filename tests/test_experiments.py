@@ -1,5 +1,5 @@
 """experiments/: plotting, grouping and normalisation on synthetic run folders, the runners' commands,
-resumable sweeps, and one real end-to-end sweep of the staleness runner on the tiny config."""
+resumable sweeps, and one real end-to-end sweep (fig2_batch_size.py --cpu, tiny: trains, resumes, commits)."""
 import argparse
 import csv
 import json
@@ -442,30 +442,27 @@ def test_staleness_tables_lag_matched_and_diagnostics_by_hand():
     assert table[2] == "| K=0 seed 1 | 1.150 | 0.0085 | 0.085 |"
 
 
-def test_staleness_runner_end_to_end(tmp_path, capsys):
+def test_staleness_runner_commands_read_as_their_objectives_and_its_figure_draws_what_it_finds(tmp_path, capsys):
+    """Each command, read by its script's own parser, is the objective it stands for; runs found finished in --runs-dir
+    (synthetic: the sweep trains end to end in the fig2 test below) are skipped, tabulated and drawn."""
     staleness = load_experiment("fig1_staleness")
     argv = ["--tiny", "--staleness-values", "2", "--variants", "recent", "decoupled", "--runs-dir", str(tmp_path)]
+    for run in staleness.build_runs(staleness.parse_args(argv)):
+        config = vars(load(run.script).parse_args(sweep.command(run, tmp_path)[2:]))
+        assert config["staleness"] == 2 and config["total_timesteps"] == 512 and config["num_envs"] == 4
+        assert (config.get("old_policy"), config.get("prox")) == (("recent", None) if run.tags["variant"] == "recent"
+                                                                   else (None, "recent"))
+        write_run(tmp_path, "starpilot", run.exp_name, 1, [1.0, 2.0, 3.0, 4.0], config=recorded_config(run))
     figure, summary = staleness.main(argv)
     out = capsys.readouterr().out
-    assert out.count("start on cores") == 2 and out.count("done in") == 2  # two runs at a time, each pinned
+    assert out.count("skip (finished)") == 2 and "start on cores" not in out
     assert os.path.getsize(figure) > 0 and figure.endswith(".png")
     rows = list(csv.DictReader(open(summary)))
     assert sorted((r["variant"], r["staleness"], r["env"], r["seed"]) for r in rows) == [
         ("decoupled", "2", "starpilot", "1"), ("recent", "2", "starpilot", "1")]
-    for row in rows:
-        config = json.load(open(os.path.join(row["run_dir"], "config.json")))
-        assert config["staleness"] == 2 and config["total_timesteps"] == 512 and config["num_envs"] == 4
-        assert (config.get("old_policy"), config.get("prox")) == (("recent", None) if row["variant"] == "recent"
-                                                                   else (None, "recent"))
-        assert float(row["global_step"]) == 512
-        if row["final_return"] != "nan":
-            assert float(row["normalized"]) == pytest.approx(analysis.normalized_return(float(row["final_return"]),
-                                                                                        "starpilot", "easy"))
-    run_dirs = sorted(d for d in os.listdir(tmp_path) if d.startswith("starpilot__"))
-    assert len(run_dirs) == 2 and len(os.listdir(tmp_path / "logs")) == 2
-    staleness.main(argv)  # again: both runs are finished, nothing is trained
-    assert capsys.readouterr().out.count("skip (finished)") == 2
-    assert sorted(d for d in os.listdir(tmp_path) if d.startswith("starpilot__")) == run_dirs
+    for row in rows:  # the last 10% of 4 iterations: the 4th
+        assert float(row["final_return"]) == 4.0 and float(row["global_step"]) == 512
+        assert float(row["normalized"]) == pytest.approx(analysis.normalized_return(4.0, "starpilot", "easy"))
 
 
 def test_cpu_preset_end_to_end_commits_resumes_and_skips(tmp_path, capsys):
