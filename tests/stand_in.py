@@ -2,7 +2,8 @@
 for the tests about processes (signals, kills, locks, torchrun's workers). What a test needs is set in the environment:
   STAND_IN_ENV=1    conftest's stand-in environment in place of Procgen, so that a multi-worker run is exactly repeatable
   AT_ROLLOUT=N,DO   as the process begins its Nth rollout, DO: a signal's name (SIGTERM, SIGKILL) sent to itself, or
-                    "hold": wait there until its parent has gone (the test kills it, or kills its torchrun launcher)
+                    "hold": say so and wait there until its parent has gone (the test kills it, or its torchrun
+                    launcher)
 So a test knows where a process is when it stops it, whichever of the processes runs faster."""
 import os
 import signal
@@ -20,6 +21,7 @@ def at_rollout(collect_rollout, n, do):
     def collect(*args):
         calls.append(1)
         if len(calls) == n and do == "hold":
+            print(f"holding as rollout {n} begins", flush=True)  # all before it done: rows, checkpoints
             while os.getppid() == parent:
                 time.sleep(0.01)
         elif len(calls) == n:

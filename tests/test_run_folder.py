@@ -75,13 +75,14 @@ def wait_for(proc, prefix):
 def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_path, capsys, request):
     """One writer per run folder: a resume of a run that still trains (or of one whose orphaned workers do) stops in
     one line before anything is written; once the first process has gone, however it ended (here kill -9), the
-    same resume works. The first run holds as its third iteration begins, so it cannot finish its 5 iterations, and
-    let go, before the resume has tried."""
+    same resume works. The first run holds as its third iteration begins, once the second's row and checkpoint are
+    written, so the resume reads a whole checkpoint, and the first cannot finish its 5 iterations and let go before
+    the resume has tried."""
     ppo = load("ppo")
     proc = started("ppo", [*TINY, "--runs-dir", str(tmp_path), "--total-timesteps", str(5 * BATCH), "--save-interval",
                            "1"], at_rollout="3,hold")
     request.addfinalizer(proc.kill)  # a failed check below must not leave it holding for ever
-    wait_for(proc, "iter 2/")
+    wait_for(proc, "holding as rollout 3 begins")
     run_dir = os.path.join(tmp_path, os.listdir(tmp_path)[0])
     with pytest.raises(SystemExit) as refused:
         ppo.main(["--resume", run_dir])
