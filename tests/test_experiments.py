@@ -423,7 +423,7 @@ def test_core_slots_split_the_cores():
     assert all(len(s) == 1 for s in slots) and (len(cores) < 2 or slots[0] != slots[1])
 
 
-# --- End to end: two real tiny runs through the staleness runner ----------------------------------------
+# --- The staleness runner's tables and commands; the fig2 sweep end to end ------------------------------
 def test_staleness_tables_lag_matched_and_diagnostics_by_hand():
     """Fresh PPO after as many updates: the K = 0 runs' last tenth moved K iterations earlier, averaged over seeds;
     the diagnostics: each run's mean entropy, approx_kl and clipfrac over its last tenth."""
@@ -595,9 +595,9 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
     assert [r.exp_name for r in controls] == ["fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8"]
     assert all(controls[0].options[k] == v for k, v in control.items())
     assert all(r.options[k] == v for r in runs if r not in controls for k, v in sweep.DEFAULTS[r.script].items())
+    # 4 iterations of 128: the last tenth is the 4th alone
     returns = {0: [1.0, 2.0, 3.0, 4.0], ("recent", 2): [1.0, 1.0, 1.0, 0.5], ("decoupled", 2): [1.0, 2.0, 3.0, 5.0],
-               ("behav", 2): [1.0, 2.0, 2.0, 2.5], ("noclip", 8): [1.0, 1.0, 1.0, 3.0]}  # 4 iterations of 128: the
-    # last tenth is the 4th alone
+               ("behav", 2): [1.0, 2.0, 2.0, 2.5], ("noclip", 8): [1.0, 1.0, 1.0, 3.0]}
     for run in sweep.unique_runs(runs):
         key = 0 if run.tags["staleness"] == 0 else (run.tags["variant"], run.tags["staleness"])
         write_run(committed, "starpilot", run.exp_name, 1, returns[key], config=recorded_config(run))
