@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import BATCH, BESIDE, ROOT, TINY, copy_run, load, read_progress, started
+from conftest import BATCH, ROOT, TINY, copy_run, load, read_progress, started
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -60,11 +60,6 @@ def test_sigterm_during_a_resume_saves_and_the_run_goes_on_from_there(finished_p
     assert "Stopped (SIGTERM), checkpoint of iteration 3: resume with python" in capsys.readouterr().out
 
 
-def start(argv, **kw):
-    """A script run as a user starts it, its console read line by line."""
-    return subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-
-
 def wait_for(proc, prefix):
     for line in proc.stdout:
         if line.startswith(prefix):
@@ -94,28 +89,32 @@ def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_pa
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this OS")
-def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, request):
-    """A closed terminal (SIGHUP): the iteration finishes, a checkpoint is saved, and the resume command is printed
-    with absolute paths (it works from any folder; the run was started in tmp_path with the default runs/). Under
-    nohup (SIGHUP ignored when the run starts) the run goes on. Each run gets its own SIGHUP setting, not pytest's
-    (a suite started under nohup would pass SIG_IGN on to both), and is killed when the test ends, passed or not."""
-    def started(name, sighup, *runs_dir):
-        os.makedirs(tmp_path / name)
-        proc = start([os.path.join(ROOT, f"{name}.py"), *TINY, "--total-timesteps", "100000", "--save-interval",
-                      "1000", *runs_dir], cwd=tmp_path / name, env=BESIDE,
-                     preexec_fn=lambda: signal.signal(signal.SIGHUP, sighup))
-        request.addfinalizer(lambda: (proc.kill(), proc.wait(timeout=60)))
-        return proc
+def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, monkeypatch, capsys, request):
+    """A closed terminal (SIGHUP) after iteration 1's row: the iteration finishes, a checkpoint is saved, and the
+    resume command is printed with absolute paths (it works from any folder; the run was started in tmp_path with
+    the default runs/). Under nohup (SIGHUP ignored when the run starts) the same SIGHUP leaves the run going to
+    its end."""
+    def hung_up(script):  # a SIGHUP as from a closed terminal, after iteration 1's row
+        real_log = script.log_iteration
 
-    hup, nohup = started("ppo_ewma", signal.SIG_DFL), started("ppo", signal.SIG_IGN, "--runs-dir", "x")  # side by side
-    for proc in (hup, nohup):
-        wait_for(proc, "iter 1/")
-        proc.send_signal(signal.SIGHUP)
-    out, err = hup.communicate(timeout=120)
-    run_dir = os.path.join(tmp_path, "ppo_ewma", "runs", os.listdir(tmp_path / "ppo_ewma" / "runs")[0])
-    assert hup.returncode == 128 + signal.SIGHUP and "Stopped (SIGHUP), checkpoint of iteration" in out
+        def log(run_dir, args, device, iteration, *rest):
+            row = real_log(run_dir, args, device, iteration, *rest)
+            if iteration == 1:
+                os.kill(os.getpid(), signal.SIGHUP)
+            return row
+        monkeypatch.setattr(script, "log_iteration", log)
+        return script
+
+    monkeypatch.chdir(tmp_path)
+    argv = [*TINY, "--total-timesteps", str(3 * BATCH), "--save-interval", "1000"]
+    with pytest.raises(SystemExit) as stop:
+        hung_up(load("ppo_ewma")).main(argv)
+    run_dir = os.path.join(tmp_path, "runs", os.listdir(tmp_path / "runs")[0])
+    out = capsys.readouterr().out
+    assert stop.value.code == 128 + signal.SIGHUP and "Stopped (SIGHUP), checkpoint of iteration 1" in out
     assert f"resume with python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
-    state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-    assert state["iteration"] >= 1 and "ewma" in state
-    assert "Gym has been unmaintained" not in err  # the notice of Procgen's gym import is silenced
-    wait_for(nohup, "iter 3/")  # still training
+    assert "ewma" in torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    handler = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a run
+    request.addfinalizer(lambda: signal.signal(signal.SIGHUP, handler))
+    nohup = hung_up(load("ppo")).main(argv + ["--runs-dir", "x"])  # started under nohup
+    assert [r["iteration"] for r in read_progress(nohup)] == ["1", "2", "3"]
