@@ -106,6 +106,9 @@ def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, m
         return script
 
     monkeypatch.chdir(tmp_path)
+    handler = signal.getsignal(signal.SIGHUP)
+    request.addfinalizer(lambda: signal.signal(signal.SIGHUP, handler))
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a terminal's run, even in a suite started under nohup
     argv = [*TINY, "--total-timesteps", str(3 * BATCH), "--save-interval", "1000"]
     with pytest.raises(SystemExit) as stop:
         hung_up(load("ppo_ewma")).main(argv)
@@ -114,7 +117,6 @@ def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, m
     assert stop.value.code == 128 + signal.SIGHUP and "Stopped (SIGHUP), checkpoint of iteration 1" in out
     assert f"resume with python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
     assert "ewma" in torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-    handler = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a run
-    request.addfinalizer(lambda: signal.signal(signal.SIGHUP, handler))
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a run
     nohup = hung_up(load("ppo")).main(argv + ["--runs-dir", "x"])  # started under nohup
     assert [r["iteration"] for r in read_progress(nohup)] == ["1", "2", "3"]
