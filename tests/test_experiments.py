@@ -2,7 +2,6 @@
 resumable sweeps, and one real end-to-end sweep (fig2_batch_size.py --cpu, tiny: trains, commits, plans the resumes)."""
 import argparse
 import csv
-import json
 import math
 import os
 import shutil
