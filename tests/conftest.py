@@ -18,14 +18,16 @@ from sweep import SCRIPTS  # noqa: E402  (ppo, ppo_ewma, ppg, ppg_ewma)
 
 EWMA_SCRIPTS = ("ppo_ewma", "ppg_ewma")
 PPG_SCRIPTS = ("ppg", "ppg_ewma")
-# A run of a second or two: 4 envs x 8 steps (BATCH env steps an iteration), 2 minibatches of 16; PPG phases of 2
-# iterations. Tests give --total-timesteps in iterations: str(3 * BATCH) is 3 iterations.
-BATCH = 32
-TINY = ["--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--no-cuda"]
+# A run of a second or less: 4 envs x 4 steps (BATCH env steps an iteration), 2 minibatches of 8, one policy epoch
+# (PPG's default; PPO's 3 cost twice as much again); PPG phases of 2 iterations. Tests give --total-timesteps in
+# iterations: str(3 * BATCH) is 3 iterations.
+BATCH = 16
+TINY = ["--num-envs", "4", "--num-steps", "4", "--num-minibatches", "2", "--no-cuda"]
+TINY_PPO = ["--update-epochs", "1"]
+TINY_PPG = ["--n-pi", "2", "--e-aux", "1"]
 # Tests that touch a device run on the CPU, and on the GPU too where there is one: the same suite checks a GPU machine.
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]
-TINY_PPG = ["--n-pi", "2", "--e-aux", "1"]
 # progress.csv columns computed from the learner alone (time_s, sps and the *_time_s columns are wall-clock)
 LEARNING_COLUMNS = ["iteration", "global_step", "episodic_return", "episodic_length", "policy_loss", "value_loss",
                     "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac"]
@@ -44,7 +46,7 @@ def load(name, folder=ROOT):
 
 
 def tiny_argv(name, *extra, device="cpu"):
-    argv = TINY + (TINY_PPG if name in PPG_SCRIPTS else []) + list(extra)
+    argv = TINY + (TINY_PPG if name in PPG_SCRIPTS else TINY_PPO) + list(extra)
     return argv if str(device) == "cpu" else [a for a in argv if a != "--no-cuda"] + ["--cuda"]
 
 

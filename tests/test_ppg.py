@@ -131,7 +131,7 @@ def test_a_stop_mid_phase_keeps_the_phase_and_the_resume_goes_on_as_if_never_sto
     part = run_dirs(tmp_path / "part")[0]
     state = torch.load(os.path.join(part, "checkpoint.pt"), weights_only=True)
     assert stop.value.code == 128 + signal.SIGTERM and state["iteration"] == 2 and sizes == []
-    assert state["aux_buffer"]["size"] == 8 and state["aux_buffer"]["obs"].shape == (8, 8, 64, 64, 3)
+    assert state["aux_buffer"]["size"] == 8 and state["aux_buffer"]["obs"].shape == (8, 4, 64, 64, 3)
     assert "Stopped (SIGTERM), checkpoint of iteration 2: resume with" in capsys.readouterr().out
     stop_after(4)
     with pytest.raises(SystemExit):

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import BATCH, ROOT, TINY, copy_run, load, read_progress, started
+from conftest import BATCH, ROOT, copy_run, load, read_progress, started, tiny_argv
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -74,8 +74,8 @@ def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_pa
     written, so the resume reads a whole checkpoint, and the first cannot finish its 5 iterations and let go before
     the resume has tried."""
     ppo = load("ppo")
-    proc = started("ppo", [*TINY, "--runs-dir", str(tmp_path), "--total-timesteps", str(5 * BATCH), "--save-interval",
-                           "1"], at_rollout="3,hold")
+    proc = started("ppo", tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(5 * BATCH),
+                                    "--save-interval", "1"), at_rollout="3,hold")
     request.addfinalizer(proc.kill)  # a failed check below must not leave it holding for ever
     wait_for(proc, "holding as rollout 3 begins")
     run_dir = os.path.join(tmp_path, os.listdir(tmp_path)[0])
@@ -109,7 +109,7 @@ def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, m
     handler = signal.getsignal(signal.SIGHUP)
     request.addfinalizer(lambda: signal.signal(signal.SIGHUP, handler))
     signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a terminal's run, even in a suite started under nohup
-    argv = [*TINY, "--total-timesteps", str(3 * BATCH), "--save-interval", "1000"]
+    argv = tiny_argv("ppo", "--total-timesteps", str(3 * BATCH), "--save-interval", "1000")
     with pytest.raises(SystemExit) as stop:
         hung_up(load("ppo_ewma")).main(argv)
     run_dir = os.path.join(tmp_path, "runs", os.listdir(tmp_path / "runs")[0])

@@ -30,7 +30,7 @@ def test_tiny_run_writes_config_and_progress(script, device, tmp_path, capsys):
         for col in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_std", "sps"):
             assert math.isfinite(float(row[col]))
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"tiny on starpilot (easy), {config['device']}: 4 envs x 8 steps")
+    assert out[0].startswith(f"tiny on starpilot (easy), {config['device']}: 4 envs x 4 steps")
     assert out[1].startswith(f"iter 1/2 | step {BATCH} | return") and "sps" in out[1] and "eta" in out[1]
 
 
@@ -78,8 +78,11 @@ COLUMNS = LEARNING_COLUMNS + ["aux_kl", "aux_value_loss", "aux_true_value_loss"]
 
 
 def learning_of_a_tiny_run(name, folder):
-    """Real Procgen, the tiny config, 2 iterations (PPG: its first phase and aux phase), the defaults otherwise."""
-    return [{c: row[c] for c in COLUMNS if c in row} for row in run_tiny(name, folder, iterations=2)[1]]
+    """The recording's config: real Procgen, 4 envs x 8 steps, 2 minibatches, 2 iterations (PPG: its first phase and
+    aux phase), the defaults otherwise (PPO's 3 policy epochs)."""
+    recorded = ["--num-steps", "8", "--total-timesteps", "64"]
+    recorded += [] if name in PPG_SCRIPTS else ["--update-epochs", "3"]
+    return [{c: row[c] for c in COLUMNS if c in row} for row in run_tiny(name, folder, *recorded)[1]]
 
 
 def cpu_model():
