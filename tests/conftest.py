@@ -19,8 +19,8 @@ from sweep import SCRIPTS  # noqa: E402  (ppo, ppo_ewma, ppg, ppg_ewma)
 EWMA_SCRIPTS = ("ppo_ewma", "ppg_ewma")
 PPG_SCRIPTS = ("ppg", "ppg_ewma")
 # A run of a second or less: 4 envs x 4 steps (BATCH env steps an iteration), 2 minibatches of 8, one policy epoch
-# (PPG's default; PPO's 3 cost twice as much again); PPG phases of 2 iterations. Tests give --total-timesteps in
-# iterations: str(3 * BATCH) is 3 iterations.
+# (PPG's default; PPO's is 3); PPG phases of 2 iterations. Tests give --total-timesteps in iterations: str(3 * BATCH)
+# is 3 iterations.
 BATCH = 16
 TINY = ["--num-envs", "4", "--num-steps", "4", "--num-minibatches", "2", "--no-cuda"]
 TINY_PPO = ["--update-epochs", "1"]
