@@ -109,7 +109,7 @@ def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, m
     handler = signal.getsignal(signal.SIGHUP)
     request.addfinalizer(lambda: signal.signal(signal.SIGHUP, handler))
     signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a terminal's run, even in a suite started under nohup
-    argv = tiny_argv("ppo", "--total-timesteps", str(3 * BATCH), "--save-interval", "1000")
+    argv = tiny_argv("ppo_ewma", "--total-timesteps", str(3 * BATCH), "--save-interval", "1000")
     with pytest.raises(SystemExit) as stop:
         hung_up(load("ppo_ewma")).main(argv)
     run_dir = os.path.join(tmp_path, "runs", os.listdir(tmp_path / "runs")[0])
