@@ -28,7 +28,7 @@ otherwise, staleness 0 2 8: the six runs at K = 2 and 8, a control, (b) at K = 8
 loss's clip is centred on values predicted K iterations earlier), and seed 2 of the three objectives at K = 8 (the
 ranking there rests on margins of about one run-to-run difference), one at a time on both cores into
 runs/fig1_cpu, each copied to data/runs when it finishes (the same command continues the sweep later); K = 0 is the
-README's ppo.py run (at K = 0 the three objectives are one). An iteration is 16,384 env steps here (the paper's
+README's ppo.py runs, seeds 1 and 2 (at K = 0 the three objectives are one). An iteration is 16,384 env steps here (the paper's
 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone: docs/figures/fig1_cpu.png (the
 return over the last 10% of the env steps against K, one line per objective; each objective's learning curves),
 data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run and over the last 10%, with
@@ -65,7 +65,7 @@ CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distr
        "num_envs": 64, "num_steps": 256, "num_minibatches": 8, "staleness_values": [0, 2, 8], "defaults": True,
        "save_model": True, "committed": sweep.COMMITTED,
        # (variant, K, seed) beside the sweep: the value-clip control, then a second seed at K = 8
-       "extra_runs": [("noclip", 8, 1), ("recent", 8, 2), ("decoupled", 8, 2), ("behav", 8, 2)],
+       "extra_runs": [("noclip", 8, 1), ("recent", 8, 2), ("behav", 8, 2), ("decoupled", 8, 2)],
        "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
        "sps_per_core": {"ppo": 235, "ppo_ewma": 235},
        "estimate_note": "from ppo.py's runs at K = 0, one at a time on 2 cores (AMD EPYC, Zen 4)"}
@@ -85,14 +85,17 @@ def build_runs(args):
     for variant in args.variants:
         script, options, _ = VARIANTS[variant]
         for k in args.staleness_values:
+            seeds = args.seeds
             if k == 0 and (script == "ppo" or args.cpu):  # recent = behav without staleness: one shared run
-                # (--cpu: the README's ppo.py run, for (b) too: with prox = recent = behav it is PPO's objective)
+                # (--cpu: the README's ppo.py runs, for (b) too: with prox = recent = behav it is PPO's objective)
                 script_k, name = "ppo", sweep.README_EXP_NAMES["ppo"] if args.cpu else "fig1__ppo__stale0"
                 options_k = {"old_policy": "behav"}
+                if args.cpu:
+                    seeds = sweep.README_SEEDS["ppo"]
             else:
                 script_k, name, options_k = script, run_name(script, options, k), options
             for env in args.envs:
-                for seed in args.seeds:
+                for seed in seeds:
                     runs.append(sweep.Job(script_k, env, seed, name, args.total_timesteps,
                                           {**sweep.base_options(args, script_k), **options_k, "staleness": k},
                                           {"variant": variant, "staleness": k}))
@@ -145,7 +148,8 @@ def make_cpu_figure(loaded, rows, args, out):
     ks = sorted({*args.staleness_values, *(r["tags"]["staleness"] for r in loaded)})  # a control's K too
     finals = analysis.aggregate_final(rows, ("variant", "staleness"), "final_return")
     shown = [v for v in VARIANTS if v in args.variants or any(key[0] == v for key in finals)]
-    fig, axes = figures.subplots(1 + len(args.variants), "Figure 1 at CPU scale: PPO with artificial staleness", args)
+    fig, axes = figures.subplots(1 + len(args.variants), "Figure 1 at CPU scale: PPO with artificial staleness", args,
+                                 sorted({r["config"]["seed"] for r in loaded}))
     figures.plot_final(axes[0], finals, {v: VARIANTS[v][2] for v in shown}, "staleness K (iterations)",
                        f"return over the last {args.final_frac:.0%} of env steps")
     axes[0].set_xscale("symlog", linthresh=1)
