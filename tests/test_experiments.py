@@ -594,9 +594,10 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
     assert second == {("ppo", "fig1__ppo__old-recent__stale8"), ("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale8"),
                       ("ppo", "fig1__ppo__old-behav__stale8")}
     # 4 iterations of 128: the last tenth is the 4th alone
-    returns = {(0, 1): [1.0, 2.0, 3.0, 4.0], (0, 2): [1.0, 2.0, 3.0, 6.0], ("recent", 2): [1.0, 1.0, 1.0, 0.5], ("decoupled", 2): [1.0, 2.0, 3.0, 5.0],
-               ("behav", 2): [1.0, 2.0, 2.0, 2.5], ("noclip", 8): [1.0, 1.0, 1.0, 3.0],
-               ("recent", 8): [1.0, 1.0, 1.0, 1.5], ("decoupled", 8): [1.0, 1.0, 1.0, 2.0], ("behav", 8): [1.0] * 4}
+    returns = {(0, 1): [1.0, 2.0, 3.0, 4.0], (0, 2): [1.0, 2.0, 3.0, 6.0], ("recent", 2): [1.0, 1.0, 1.0, 0.5],
+               ("decoupled", 2): [1.0, 2.0, 3.0, 5.0], ("behav", 2): [1.0, 2.0, 2.0, 2.5],
+               ("noclip", 8): [1.0, 1.0, 1.0, 3.0], ("recent", 8): [1.0, 1.0, 1.0, 1.5],
+               ("decoupled", 8): [1.0, 1.0, 1.0, 2.0], ("behav", 8): [1.0] * 4}
     for run in sweep.unique_runs(runs):
         key = (0, run.seed) if run.tags["staleness"] == 0 else (run.tags["variant"], run.tags["staleness"])
         write_run(committed, "starpilot", run.exp_name, run.seed, returns[key], config=recorded_config(run))
@@ -606,6 +607,6 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
     assert "| (b) decoupled, prox = recent | 5.00 | 5.00 | 2.00 |" in out
     assert "| (c) PPO, old = behav | 5.00 | 2.50 | 1.00 |" in out
     assert "| (b) without the value clip |  |  | 3.00 |" in out  # the control, at its own K
-    assert ("| env steps | K=0 (all) seed 1 | K=0 (all) seed 2 | K=2 recent seed 1 | K=2 decoupled seed 1 | K=2 behav seed 1 | "
-            "K=8 recent seed 2 | K=8 decoupled seed 2 | K=8 behav seed 2 | K=8 noclip seed 1 |") in out
+    assert ("| env steps | K=0 (all) seed 1 | K=0 (all) seed 2 | K=2 recent seed 1 | K=2 decoupled seed 1 | "
+            "K=2 behav seed 1 | K=8 recent seed 2 | K=8 decoupled seed 2 | K=8 behav seed 2 | K=8 noclip seed 1 |") in out
     assert len(list(csv.DictReader(open(summary)))) == 13  # the K = 0 runs once per objective
