@@ -545,7 +545,8 @@ def test_fig4_cpu_compares_its_games_then_those_the_pilots_rank_first(tmp_path, 
     planned = [line.split()[1:6:2] for line in out.splitlines() if line.startswith(sys.executable)]
     # game by game, seed by seed, a pair's two runs one after the other: the order they train in, one at a time
     assert [(os.path.basename(script), env, seed) for script, env, seed in planned] == [
-        (script, env, seed) for env in ("leaper", "maze") for seed in ("1", "2") for script in ("ppo.py", "ppo_ewma.py")]
+        (script, env, seed) for env in ("leaper", "maze") for seed in ("1", "2")
+        for script in ("ppo.py", "ppo_ewma.py")]
 
 
 def test_fig4_cpu_tables_give_the_last_tenth_of_each_run_and_the_paired_test_by_hand(tmp_path, capsys, monkeypatch):
@@ -583,7 +584,7 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
             "--out-dir", str(tmp_path)]
     runs = staleness.build_runs(staleness.parse_args(argv))
     at_0 = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 0}
-    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 9
+    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 11
     assert {r.seed for r in runs if r.tags["staleness"] == 0} == {1, 2}  # the README's two ppo.py runs
     control = sweep.DEFAULTS["ppo_ewma"] | {"clip_vloss": False, "prox": "recent", "staleness": 8}
     controls = [r for r in runs if r.tags == {"variant": "noclip", "staleness": 8}]
@@ -593,20 +594,24 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
     second = {(r.script, r.exp_name) for r in runs if r.seed == 2 and r.tags["staleness"]}  # seed 2 at K = 8
     assert second == {("ppo", "fig1__ppo__old-recent__stale8"), ("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale8"),
                       ("ppo", "fig1__ppo__old-behav__stale8")}
+    knee = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 4}  # (b) and (a) at K = 4, seed 1
+    assert knee == {("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale4"), ("ppo", "fig1__ppo__old-recent__stale4")}
     # 4 iterations of 128: the last tenth is the 4th alone
     returns = {(0, 1): [1.0, 2.0, 3.0, 4.0], (0, 2): [1.0, 2.0, 3.0, 6.0], ("recent", 2): [1.0, 1.0, 1.0, 0.5],
                ("decoupled", 2): [1.0, 2.0, 3.0, 5.0], ("behav", 2): [1.0, 2.0, 2.0, 2.5],
                ("noclip", 8): [1.0, 1.0, 1.0, 3.0], ("recent", 8): [1.0, 1.0, 1.0, 1.5],
-               ("decoupled", 8): [1.0, 1.0, 1.0, 2.0], ("behav", 8): [1.0] * 4}
+               ("decoupled", 8): [1.0, 1.0, 1.0, 2.0], ("behav", 8): [1.0] * 4, ("decoupled", 4): [1.0, 1.0, 1.0, 4.0],
+               ("recent", 4): [1.0, 1.0, 1.0, 1.0]}
     for run in sweep.unique_runs(runs):
         key = (0, run.seed) if run.tags["staleness"] == 0 else (run.tags["variant"], run.tags["staleness"])
         write_run(committed, "starpilot", run.exp_name, run.seed, returns[key], config=recorded_config(run))
     figure, summary = staleness.main(argv + ["--plot-only"])
     out = capsys.readouterr().out
-    assert "| (a) PPO, old = recent | 5.00 | 0.50 | 1.50 |" in out and os.path.getsize(figure) > 0  # K = 0: 4, 6
-    assert "| (b) decoupled, prox = recent | 5.00 | 5.00 | 2.00 |" in out
-    assert "| (c) PPO, old = behav | 5.00 | 2.50 | 1.00 |" in out
-    assert "| (b) without the value clip |  |  | 3.00 |" in out  # the control, at its own K
+    assert "| (a) PPO, old = recent | 5.00 | 0.50 | 1.00 | 1.50 |" in out and os.path.getsize(figure) > 0  # K = 0: 4, 6
+    assert "| (b) decoupled, prox = recent | 5.00 | 5.00 | 4.00 | 2.00 |" in out
+    assert "| (c) PPO, old = behav | 5.00 | 2.50 |  | 1.00 |" in out
+    assert "| (b) without the value clip |  |  |  | 3.00 |" in out  # the control, at its own K
     assert ("| env steps | K=0 (all) seed 1 | K=0 (all) seed 2 | K=2 recent seed 1 | K=2 decoupled seed 1 | "
-            "K=2 behav seed 1 | K=8 recent seed 2 | K=8 decoupled seed 2 | K=8 behav seed 2 | K=8 noclip seed 1 |") in out
-    assert len(list(csv.DictReader(open(summary)))) == 13  # the K = 0 runs once per objective
+            "K=2 behav seed 1 | K=4 recent seed 1 | K=4 decoupled seed 1 | K=8 recent seed 2 | K=8 decoupled seed 2 | "
+            "K=8 behav seed 2 | K=8 noclip seed 1 |") in out
+    assert len(list(csv.DictReader(open(summary)))) == 15  # the K = 0 runs once per objective
