@@ -1,7 +1,9 @@
 """data/runs/: every committed run is complete and is still what today's script would run with the same command
 line, and the figure commands draw from the committed runs; the learning-curve command (experiments/
 learning_curve.py) on synthetic run folders, its tables checked by hand."""
+import contextlib
 import csv
+import io
 import json
 import os
 import re
@@ -220,26 +222,6 @@ def test_the_check_fails_when_a_default_changes(tmp_path, capsys):
 
 
 # --- The figure commands on the committed runs ---------------------------------------------------------
-def test_figure_commands_draw_the_committed_runs(tmp_path, capsys):
-    runs = learning_curve.default_runs(COMMITTED, 1_000_000)
-    if runs:
-        out = learning_curve.main(["-o", str(tmp_path / "learning_1m.png")])
-        assert os.path.getsize(out) > 0
-        printed = capsys.readouterr().out
-        assert all(label in printed for label in learning_curve.run_labels(runs))
-        assert ("| CleanRL PPO seed 1 (GPU) | CleanRL PPO seed 2 (GPU) | CleanRL PPO seed 1 (this CPU) | "
-                "CleanRL PPG seed 1 (GPU) |") in printed
-    for prefix, runner in (("fig2", batch_size), ("fig1", staleness)):  # --cpu --plot-only: the runs committed so far
-        runs = [d for d in committed_folders() if os.path.basename(d).split("__")[1:2] == [prefix]]
-        if runs:
-            figure, summary = runner.main(["--cpu", "--plot-only", "--runs-dir", str(tmp_path / "runs"),
-                                           "--out-dir", str(tmp_path), "--summary-dir", str(tmp_path)])
-            assert os.path.getsize(figure) > 0
-            drawn = {row["run"] for row in csv.DictReader(open(summary))
-                     if row.get("staleness") != "0"}  # fig1's K = 0 is the README's ppo.py run
-            assert drawn == set(map(os.path.basename, runs)), prefix
-
-
 def markdown_tables(text):
     """Each Markdown table in `text`: its run of lines starting with '|', joined."""
     tables, lines = [], []
@@ -251,25 +233,57 @@ def markdown_tables(text):
     return tables
 
 
-def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed_data(tmp_path, capsys):
-    """Every `python experiments/...` command in docs/results.md that prints tables from data/runs (not one that
-    trains) prints, run now, tables that results.md shows verbatim; and the README's speed table is one of them."""
+@pytest.fixture(scope="module")
+def documented(tmp_path_factory):
+    """Every `python experiments/...` command in docs/results.md that draws and prints from data/runs (not one that
+    trains), run once, its files in a folder of its own: command line -> (runner, what main returned, its console)."""
     results = open(os.path.join(ROOT, "docs", "results.md")).read()
     commands = re.findall(r"^python (experiments/(?:tools/)?(?:learning_curve|cleanrl_ablation|fig[124]_\w+)\.py"
                           r"(?:[^\n]*\\\n)*[^\n]*)", results, re.M)
-    printed = []
+    out = {}
     for command in commands:
         argv = shlex.split(command.replace("\\\n", " ").split("#")[0])
+        command = shlex.join(argv)
         if {"--train", "--stage"} & set(argv) or ("--cpu" in argv and "--plot-only" not in argv):
             continue
         argv = [os.path.join(ROOT, a) if a.startswith(("data/", "docs/")) else a for a in argv[1:]]
-        argv = [a for i, a in enumerate(argv) if "-o" not in argv[i - 1:i + 1]]  # no -o FILE: ours in tmp_path
+        argv = [a for i, a in enumerate(argv) if "-o" not in argv[i - 1:i + 1]]  # no -o FILE: ours in tmp
         runner = {"learning_curve": learning_curve, "cleanrl_ablation": ablation, "fig1_staleness": staleness,
                   "fig2_batch_size": batch_size, "fig4_ewma_vs_baseline": ewma_vs_ppo,
                   }[os.path.basename(command.split()[0])[:-3]]
-        in_tmp = ["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path), "--summary-dir", str(tmp_path)]
-        runner.main(argv + {learning_curve: ["-o", str(tmp_path / "figure.png")], ablation: []}.get(runner, in_tmp))
-        tables = markdown_tables(capsys.readouterr().out)
+        tmp = tmp_path_factory.mktemp("documented")
+        in_tmp = ["--runs-dir", str(tmp), "--out-dir", str(tmp), "--summary-dir", str(tmp)]
+        in_tmp = {learning_curve: ["-o", str(tmp / "figure.png")], ablation: []}.get(runner, in_tmp)
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            made = runner.main(argv + in_tmp)
+        out[command] = (runner, made, printed.getvalue())
+    return out
+
+
+def test_figure_commands_draw_the_committed_runs(documented):
+    """The documented figure commands (run once for this test and the next) draw every committed run."""
+    made, printed = documented["experiments/tools/learning_curve.py"][1:]  # the README's runs at 1M env steps
+    assert os.path.getsize(made) > 0
+    runs = learning_curve.default_runs(COMMITTED, 1_000_000)
+    assert runs and all(label in printed for label in learning_curve.run_labels(runs))
+    assert ("| CleanRL PPO seed 1 (GPU) | CleanRL PPO seed 2 (GPU) | CleanRL PPO seed 1 (this CPU) | "
+            "CleanRL PPG seed 1 (GPU) |") in printed
+    for prefix, runner in (("fig2", batch_size), ("fig1", staleness)):  # --cpu --plot-only: the runs committed so far
+        runs = [d for d in committed_folders() if os.path.basename(d).split("__")[1:2] == [prefix]]
+        [(figure, summary)] = [made for r, made, _ in documented.values() if r is runner]
+        assert os.path.getsize(figure) > 0
+        drawn = {row["run"] for row in csv.DictReader(open(summary))
+                 if row.get("staleness") != "0"}  # fig1's K = 0 is the README's ppo.py run
+        assert drawn == set(map(os.path.basename, runs)), prefix
+
+
+def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed_data(documented):
+    """Every such command prints tables that results.md shows verbatim; and the README's speed table is one of
+    them."""
+    results = open(os.path.join(ROOT, "docs", "results.md")).read()
+    printed = []
+    for command, (_, _, out) in documented.items():
+        tables = markdown_tables(out)
         missing = [t.splitlines()[0] for t in tables if t not in results]
         assert tables and not missing, f"python {command}: printed, not in docs/results.md: {missing}"
         printed += tables

@@ -32,6 +32,7 @@ def definitions(name):
     """Top-level definitions of a script: name -> (source text, first line, last line); the module docstring and
     the imports under the keys "docstring" and "imports"."""
     source = read(name)
+    lines = source.split("\n")  # ast.get_source_segment would split the whole file again for every definition
     out = {}
     for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -45,7 +46,10 @@ def definitions(name):
         else:
             key = ast.unparse(node).splitlines()[0]  # `if __name__ == "__main__":`
         text, first, _ = out.get(key, ("", node.lineno, 0))
-        out[key] = (text + ast.get_source_segment(source, node), min(first, node.lineno), node.end_lineno)
+        # a top-level node starts at column 0 and ends at end_col_offset, in UTF-8 bytes, of its last line
+        last = lines[node.end_lineno - 1].encode()[:node.end_col_offset].decode()
+        segment = "\n".join(lines[node.lineno - 1:node.end_lineno - 1] + [last])
+        out[key] = (text + segment, min(first, node.lineno), node.end_lineno)
     return out
 
 
