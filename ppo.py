@@ -10,6 +10,7 @@ import argparse
 import collections
 import contextlib
 import csv
+import functools
 import io
 import json
 import math
@@ -28,9 +29,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SCRIPT = os.path.basename(__file__)  # this script's name, in messages and in config.json
-# Procgen: on Python 3.13 procgen-gym (its C++ games ported to gymnasium and numpy 2); on 3.11
-# and 3.12 procgen-mirror (the original package, on gym3 and numpy < 2), given procgen-gym's
-# reset() -> (obs, info) and step(actions) -> (obs, reward, first, ...)
+# Procgen: procgen-gym on Python 3.13 (numpy 2); on 3.11 and 3.12 procgen-mirror (the original, on
+# gym3 and numpy < 2), given procgen-gym's reset() -> (obs, info), step(a) -> (obs, reward, first)
 try:
     import procgen_gym as procgen
     ProcgenGames = procgen.ProcgenVecEnv
@@ -164,7 +164,7 @@ NUM_ACTIONS = 15  # every Procgen game has the same 15 actions
 class ProcgenVecEnv:
     """num_envs Procgen games, stepped together. An env resets inside the step that ends its episode
     (obs: the next level's first frame); a time-out is an end too, as officially. It sums episodes
-    for the log; its state_dict holds every game, so a resumed run goes on in the same episodes."""
+    for the log."""
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
         self.games = ProcgenGames(num_envs, env_name=env_id, distribution_mode=distribution_mode,
                                   num_levels=num_levels, start_level=start_level, rand_seed=seed,
@@ -187,7 +187,7 @@ class ProcgenVecEnv:
         self.lengths = np.where(first, 0, self.lengths)
         return obs, reward, first, episodes
 
-    def state_dict(self):  # every game, and each env's episode so far and last frame
+    def state_dict(self):  # every game, each env's episode and last frame: a resume goes on in them
         return {"games": self.games.get_state(),
                 **{k: torch.tensor(getattr(self, k))
                    for k in ("obs", "first", "returns", "lengths")}}
@@ -301,10 +301,12 @@ def collect_rollout(envs, agent, num_steps, device):
     log = {"episode_returns": [], "episode_lengths": []}
     next_obs = torch.from_numpy(envs.obs).to(device)
     next_first = torch.from_numpy(envs.first).to(device)
+    # a GPU replays one CUDA graph (appendix): the same maths, fewer launches
+    forward = cuda_graph(agent, envs.num_envs) if device.type == "cuda" else agent
     for t in range(num_steps):
         rollout["obs"][t] = next_obs
         rollout["firsts"][t] = next_first
-        logits, value = agent(next_obs)
+        logits, value = forward(next_obs)
         action = torch.multinomial(F.softmax(logits, dim=-1), 1).squeeze(-1)
         rollout["actions"][t] = action
         rollout["values"][t] = value
@@ -534,7 +536,7 @@ def main(argv=None):
     start = 0  # the iterations done (a resumed run's)
     time_s = 0.0  # the run's seconds so far
     last_saved = None  # the iteration of the last checkpoint
-    # --resume, as nanoGPT's: the saved state back in place (the envs' too: their episodes go on)
+    # --resume: the saved state back in place (the envs' too: their episodes go on)
     if args.resume:
         start, time_s = load_checkpoint(args.resume, learner, stale_rollouts)
         last_saved = start
@@ -610,12 +612,10 @@ def resume_args(p, argv, args):
             config = dict(json.load(f))
     except (OSError, ValueError, TypeError) as e:  # missing, cut short, or not a run's config
         p.error(f"argument --{flag}: cannot read {run_dir!r}'s config.json ({type(e).__name__})")
-    if config.get("script") != SCRIPT:
-        p.error(f"argument --{flag}: {run_dir!r} is a run of {config.get('script')}, "
-                f"not of this {SCRIPT}")
     missing = sorted(set(vars(args)) - set(config))
-    if missing:  # an older version's run: today's default may not be what it used
-        p.error(f"argument --{flag}: {run_dir!r} is from an older {SCRIPT}, with no {missing[0]}")
+    if missing:  # another script's run or an older one's: today's default may not be what it used
+        p.error(f"argument --{flag}: {run_dir!r} is a run of {config.get('script')}, with no "
+                f"{missing[0]}: not of this {SCRIPT} as it is today")
     argv = sys.argv[1:] if argv is None else argv
     typed = [a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")]
     refused = [k for k in typed if k.removeprefix("no_") not in FREE]  # --no-cuda is --cuda's
@@ -673,9 +673,8 @@ def setup(args):
     if worker()[1] > 1:
         gpu_each = use_cuda and torch.cuda.device_count() >= local_size
         dist.init_process_group("nccl" if gpu_each else "gloo")
-    # A GPU computes in TF32 (fp32's range, a 10-bit mantissa) with the fastest cuDNN algorithm for
-    # each shape: not plain fp32, nor repeatable to the bit, so a resumed GPU run goes on as the
-    # same run, not to the last bit as a CPU run does.
+    # TF32 (fp32's range, a 10-bit mantissa) and cuDNN's fastest algorithm for each shape: a GPU
+    # run, and so its resume, is not repeatable to the bit (a CPU run's is)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
@@ -717,6 +716,14 @@ def prepare_networks(learner, args):
         cnn.bf16 = args.bf16
         if args.compile:
             cnn.compile(dynamic=False)
+
+
+@functools.cache  # once a network: the optimiser steps in place the weights the graph reads
+def cuda_graph(net, num_envs):
+    """net.forward on num_envs frames as one CUDA graph: one launch a step, not one a layer (net
+    itself would replay it in its update too). A call overwrites the last call's outputs."""
+    frames = torch.zeros((num_envs, 64, 64, 3), dtype=torch.uint8, device="cuda")
+    return torch.cuda.make_graphed_callables(net.forward, (frames,))
 
 
 # --- Evaluation and videos ------------------------------------------------------------------------
@@ -835,7 +842,7 @@ def replace_file(path, write, mode="w"):
         with open(path + ".tmp", mode, **text) as f:
             write(f)
             f.flush()
-            os.fsync(f.fileno())  # on the disk before the rename: a power cut cannot leave it empty
+            os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -846,7 +853,7 @@ def replace_file(path, write, mode="w"):
 COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length",
            "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std",
            "imp_samp_capfrac", "eval_return", "eval_length",
-           "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG only
+           "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG's
 SIGNALLED = []  # SIGINT (Ctrl-C), SIGTERM or SIGHUP received: the run stops after this iteration
 HANDLERS = {}  # the handlers that on_signal replaced, put back when the run ends
 
@@ -883,8 +890,7 @@ def open_run(args, device, num_iterations, start):
     if dist.is_initialized():
         dist.broadcast_object_list(folder, 0)
     run_dir = folder[0]
-    # held while this process lives, however it ends (the OS lets go): a resume while the run or its
-    # orphaned workers still train stops here
+    # held until this process ends, however: a resume while the run or its orphans train stops here
     rank = worker()[0]
     lock = filelock.FileLock(os.path.join(run_dir, f"run.rank{rank}.lock" if rank else "run.lock"))
     try:
@@ -910,8 +916,8 @@ def open_run(args, device, num_iterations, start):
 
 
 def columns(args):
-    """progress.csv's columns: PPG's has its aux phase's."""
-    return COLUMNS if "n_pi" in vars(args) else COLUMNS[:-4]  # aux_*, the last four, are PPG's
+    """progress.csv's columns; the last four, aux_*, are PPG's alone."""
+    return COLUMNS if "n_pi" in vars(args) else COLUMNS[:-4]
 
 
 def write_run_files(run_dir, args, start, **derived):
@@ -942,8 +948,7 @@ def due(iteration, every, num_iterations):
 def log_iteration(run_dir, args, device, iteration, num_iterations, stats, rollout_log, seconds,
                   clock):
     """Every worker's finished episodes in a row of progress.csv (rank 0) and a console line;
-    returns the row. `seconds`: this iteration's training, for its speed; `clock`: the run's seconds
-    before this process, this process's start time and its iterations done before it."""
+    returns the row. `seconds`: this iteration's training, for its speed; `clock`: main's."""
     time_before, began, start = clock
     returns = rollout_log["episode_returns"]
     lengths = rollout_log["episode_lengths"]

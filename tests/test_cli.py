@@ -72,8 +72,8 @@ RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the mes
     ("ppo_ewma", ["--resume", "RUN", "--gamma", "0.999"], "--gamma", "only --total-timesteps, --cuda"),
     ("ppo_ewma", ["--resume", "RUN", "--total-time", str(4 * BATCH)], "--total-time", "unrecognized arguments"),
     ("ppo", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH)], "--resume",
-     "is a run of ppo_ewma.py, not of this ppo.py"),
-    ("ppg", ["--evaluate", "RUN"], "--evaluate", "is a run of ppo_ewma.py, not of this ppg.py"),
+     "is a run of ppo_ewma.py, with no old_policy: not of this ppo.py"),
+    ("ppg", ["--evaluate", "RUN"], "--evaluate", "is a run of ppo_ewma.py, with no beta_clone: not of this ppg.py"),
     ("ppo_ewma", ["--resume", "RUN/nowhere"], "--resume", "no checkpoint.pt in"),
     ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--bf16"], "--bf16",
      "a resumed run keeps its configuration"),
@@ -102,7 +102,7 @@ def test_a_run_of_an_older_version_is_refused(finished_ppo_ewma, tmp_path, bad_a
     del config["minibatch_by"]
     (run_dir / "config.json").write_text(json.dumps(config))
     message = bad_argument("ppo_ewma", ["--resume", str(run_dir)], "--resume")
-    assert "from an older ppo_ewma.py, with no minibatch_by" in message
+    assert "is a run of ppo_ewma.py, with no minibatch_by: not of this ppo_ewma.py as it is today" in message
 
 
 @pytest.mark.parametrize("edit", ["cut", "list"])

@@ -186,7 +186,8 @@ def test_scripts_import_nothing_from_each_other():
 # to understand the algorithm above it.
 MACHINERY_CALLS = {"check_args", "resume_args", "setup", "evaluate_saved_agent", "average_gradients", "all_reduce_sum",
                    "say", "cpu_threads", "worker", "load_checkpoint", "save_checkpoint", "prepare_networks",
-                   "open_run", "due", "evaluate_held_out", "save_video", "log_iteration", "stop_check", "finish"}
+                   "open_run", "due", "evaluate_held_out", "save_video", "log_iteration", "stop_check", "finish",
+                   "cuda_graph"}
 
 
 @pytest.mark.parametrize("name", [f"{s}.py" for s in SCRIPTS])

@@ -6,6 +6,7 @@ import json
 import math
 import os
 
+import pytest
 import torch
 
 from conftest import load, run_tiny
@@ -101,3 +102,29 @@ def test_compile_runs_and_keeps_parameter_names(tmp_path, device, monkeypatch):
     state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert set(state["agent"]) == set(load("ppo").Agent(15).state_dict())
     assert rows[0]["policy_loss"] != ""
+
+
+def test_the_rollout_forward_is_one_cuda_graph_on_a_gpu_and_the_same_maths(script, device, monkeypatch):
+    """On CUDA, collect_rollout replays the agent's forward as one captured graph (cuda_graph), captured once a
+    network: each step's stored values and behaviour log-probs are the eager forward's on its frames (to TF32's
+    rounding), after an optimiser step too, as the graph reads the weights where the step left them. On the CPU
+    the rollout never captures one."""
+    if device.type == "cpu":
+        monkeypatch.setattr(script, "cuda_graph", lambda *a: pytest.fail("a CUDA graph on the CPU"))
+    torch.manual_seed(0)
+    agent = script.Agent(15).to(device)
+    envs = script.ProcgenVecEnv("starpilot", 4, "easy", 0, 0, 1)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+    for _ in range(2):  # before and after an in-place step of every weight
+        rollout, _ = script.collect_rollout(envs, agent, 8, device)
+        for t in range(8):  # the eager forward on each step's frames, a batch of the graph's shape
+            with torch.no_grad():
+                logits, values = agent(rollout["obs"][t])
+            logp = script.log_prob(logits, rollout["actions"][t])
+            torch.testing.assert_close(values, rollout["values"][t], rtol=1e-3, atol=1e-3)
+            torch.testing.assert_close(logp, rollout["logp_behav"][t], rtol=1e-3, atol=1e-3)
+        optimizer.zero_grad()
+        agent(rollout["obs"][0])[0].logsumexp(-1).sum().backward()  # any loss: every weight of the policy moves
+        optimizer.step()
+    if device.type == "cuda":
+        assert script.cuda_graph.cache_info().currsize >= 1

@@ -211,7 +211,10 @@ def pieces_mode(args):
     obs = torch.randint(0, 256, (n, 64, 64, 3), dtype=torch.uint8, device=device)
     with torch.no_grad():
         seconds(lambda: agent(obs), 3)
-        forward = seconds(lambda: agent(obs), 20)
+        eager = seconds(lambda: agent(obs), 20)
+        # the rollout's forward: on a GPU one captured CUDA graph (ppo.cuda_graph), else the eager one
+        rollout_forward = ppo.cuda_graph(agent, n) if device.type == "cuda" else agent
+        forward = seconds(lambda: rollout_forward(obs), 20)
     b = n * steps
     batch = {"obs": torch.randint(0, 256, (b, 64, 64, 3), dtype=torch.uint8, device=device),
              "actions": torch.randint(0, 15, (b,), device=device), "advantages": torch.randn(b, device=device),
@@ -226,7 +229,8 @@ def pieces_mode(args):
     print(f"{device}, {n} envs x {steps} steps, micro-batch {cfg.micro_batch_size or 'off'}, "
           f"{torch.get_num_threads()} torch threads")
     print(f"env step ({n} envs):        {env_step * 1e3:8.2f} ms  -> rollout env time {steps * env_step:6.2f} s")
-    print(f"policy forward (batch {n}): {forward * 1e3:8.2f} ms  -> rollout forwards {steps * forward:6.2f} s")
+    print(f"policy forward (batch {n}): {eager * 1e3:8.2f} ms  eager, {forward * 1e3:.2f} ms as the rollout runs it "
+          f"({'one CUDA graph' if device.type == 'cuda' else 'eager'})  -> rollout forwards {steps * forward:6.2f} s")
     print(f"one PPO update (random data):   {update:8.2f} s  {update_gflop / update:6.0f} GFLOP/s")
     print(f"serial ceiling: {b / iteration:,.0f} SPS for ppo.py (rollout + update, nothing else)")
 

@@ -5,7 +5,7 @@
 # their wheels, gym 0.23.1 and tyro, so no CleanRL code is committed:
 #     experiments/tools/gpu_prep.sh && experiments/tools/gpu_check.sh prep PATH/TO/cleanrl
 # Then on the GPU machine, in a copy of the clone with its .gpu/, each within one command's limit:
-#     source .gpu/setup.sh && experiments/tools/gpu_check.sh speed 360  # CUDA tests, then bench_speed.py and CleanRL
+#     source .gpu/setup.sh && experiments/tools/gpu_check.sh speed 480  # CUDA tests, the graph, bench_speed.py, CleanRL
 #     source .gpu/setup.sh && experiments/tools/gpu_check.sh learn 400  # ppo_ewma.py beside ppg_ewma.py, to SIGTERM
 #     source .gpu/setup.sh && experiments/tools/gpu_check.sh ppg 560    # ppo.py's speed beside CleanRL's, then ppg.py's
 #                                                                        # learning beside CleanRL's ppg_procgen.py
@@ -16,7 +16,7 @@
 # The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (default
 # /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" experiments/tools/gpu_check.sh learn 120
-#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" experiments/tools/gpu_check.sh speed 300
+#     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" ITER_STEPS=256 experiments/tools/gpu_check.sh speed 300
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" STEPS=1024 \
 #       experiments/tools/gpu_check.sh ppg 200
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" \
@@ -30,6 +30,7 @@ SIZES=${SIZES:-}   # e.g. --num-envs 8 --num-steps 32 (bench_speed.py and the tr
 PPG=${PPG:-}       # PPG scripts only, e.g. --n-pi 2
 mkdir -p "$OUT"
 STEPS=${STEPS:-1048576}  # ppg: the env steps of both PPG runs (two whole phases of 64 x 256 x 32)
+ITER_STEPS=${ITER_STEPS:-16384}  # speed: the env steps of one iteration at SIZES (64 x 256)
 mode=${1:?usage: gpu_check.sh prep CLEANRL_CLONE | speed SECONDS | learn SECONDS | ppg SECONDS | seeds SECONDS | fig4 SECONDS}
 
 if [ "$mode" = prep ]; then
@@ -62,17 +63,34 @@ stop() { kill -0 $1 2>/dev/null && kill -TERM $1 && echo "$(date +%T) SIGTERM to
 n=$(nproc); half=$((n / 2)); first="0-$((half - 1))"; second="$half-$((n - 1))"; [ $half -lt 2 ] && first=0 second=$((n - 1))
 
 if [ "$mode" = speed ]; then
-  # 1. The tests that take a device, on CUDA (18 of them: on the CPU they skip for want of a GPU)
+  # 1. The tests that take a device, on CUDA (22 of them: on the CPU they skip for want of a GPU)
   timeout -k 5 "$(left 200)" python3 -m pytest -q -p no:cacheprovider -k cuda tests 2>&1 | tee "$OUT/tests.log"
-  # 2. ppo.py beside CleanRL's ppo_procgen.py unmodified (its gym 0.23.1 and tyro before our gym 0.26.2 on the path),
+  # 2. The rollout's CUDA graph changes no maths: ppo.py's first 3 iterations at seed 1 with it, then with
+  #    cuda_graph replaced by the eager forward; their learning columns side by side (TF32's rounding apart)
+  rm -rf $runs/graph_on $runs/graph_off
+  for graph in on off; do timeout -k 5 "$(left 180)" python3 -c 'import sys, ppo
+if sys.argv[1] == "off": ppo.cuda_graph = lambda net, num_envs: net
+ppo.main(sys.argv[2:])' $graph --seed 1 --total-timesteps $((3 * ITER_STEPS)) --no-save-model \
+    --runs-dir $runs/graph_$graph $SIZES $CUDA 2>&1 | tail -4; done | tee "$OUT/graph.log"
+  python3 - $runs/graph_on/*/progress.csv $runs/graph_off/*/progress.csv <<'PY' 2>&1 | tee -a "$OUT/graph.log"
+import csv, sys
+on, off = (list(csv.DictReader(open(path))) for path in sys.argv[1:3])
+for a, b in zip(on, off):  # the columns the learner computes (the time and speed ones are the clock's)
+    cols = [k for k in a if a[k] and b[k] and k not in ("time_s", "sps")]
+    worst = max(abs(float(a[k]) - float(b[k])) / max(abs(float(b[k])), 1e-8) for k in cols)
+    print(f"iteration {a['iteration']}: largest relative difference {worst:.2e} over {len(cols)} columns; sps "
+          f"{a['sps']} with the graph, {b['sps']} without")
+PY
+  # 3. ppo.py beside CleanRL's ppo_procgen.py unmodified (its gym 0.23.1 and tyro before our gym 0.26.2 on the path),
   #    then ppo_ewma.py and ppg.py, then all three in bf16: each bench_speed.py call a table of its own, in order of
   #    importance, each cut at its share of the time, so that a cut loses the least important
-  bench "$(left 150)" --scripts ppo --cleanrl "$clean/ppo_procgen.py" 2>&1 | tee "$OUT/bench.log"  # the comparison first
+  bench "$(left 150)" --scripts ppo --cleanrl "$clean/ppo_procgen.py" --iterations 6 --warmup 2 --repeats 2 2>&1 \
+    | tee "$OUT/bench.log"  # the comparison first
   bench "$(left 90)" --scripts ppo_ewma ppg 2>&1 | tee -a "$OUT/bench.log"
   bench "$(left 40)" --scripts ppo ppo_ewma ppg --options " --bf16" 2>&1 | tee -a "$OUT/bench.log"
-  # 3. ppo.py's pieces on random data (an env step, a policy forward of 64, one update): the serial ceiling
+  # 4. ppo.py's pieces on random data (an env step, a policy forward of 64, eager and graphed, one update)
   timeout -k 5 "$(left 20)" python3 experiments/tools/bench_speed.py --pieces $SIZES $CUDA 2>&1 | tee "$OUT/pieces.log"
-  # 4. torch.compile, ppo.py first (each new shape compiles once per process: minutes on a first run), as time allows
+  # 5. torch.compile, ppo.py first (each new shape compiles once per process: minutes on a first run), as time allows
   bench "$(left 5)" --scripts ppo ppo_ewma ppg --options " --compile" " --bf16 --compile" 2>&1 | tee "$OUT/bench_compile.log"
   exit 0
 fi
