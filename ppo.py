@@ -720,8 +720,8 @@ def prepare_networks(learner, args):
 
 @functools.cache  # once a network: the optimiser steps in place the weights the graph reads
 def cuda_graph(net, num_envs):
-    """net.forward on num_envs frames as one CUDA graph: one launch a step, not one a layer (net
-    itself would replay it in its update too). A call overwrites the last call's outputs."""
+    """net.forward on num_envs frames as one CUDA graph: one launch a step, not one a layer (given
+    net, the graph would replace its forward, the update's too). A call overwrites the last's."""
     frames = torch.zeros((num_envs, 64, 64, 3), dtype=torch.uint8, device="cuda")
     return torch.cuda.make_graphed_callables(net.forward, (frames,))
 
@@ -890,7 +890,7 @@ def open_run(args, device, num_iterations, start):
     if dist.is_initialized():
         dist.broadcast_object_list(folder, 0)
     run_dir = folder[0]
-    # held until this process ends, however: a resume while the run or its orphans train stops here
+    # held till this process ends, however it ends: resuming a run that still trains fails here
     rank = worker()[0]
     lock = filelock.FileLock(os.path.join(run_dir, f"run.rank{rank}.lock" if rank else "run.lock"))
     try:
