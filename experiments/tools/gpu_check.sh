@@ -63,7 +63,7 @@ stop() { kill -0 $1 2>/dev/null && kill -TERM $1 && echo "$(date +%T) SIGTERM to
 n=$(nproc); half=$((n / 2)); first="0-$((half - 1))"; second="$half-$((n - 1))"; [ $half -lt 2 ] && first=0 second=$((n - 1))
 
 if [ "$mode" = speed ]; then
-  # 1. The tests that take a device, on CUDA (22 of them: on the CPU they skip for want of a GPU)
+  # 1. The tests named for CUDA (26; on the CPU 22 of them skip for want of a GPU)
   timeout -k 5 "$(left 200)" python3 -m pytest -q -p no:cacheprovider -k cuda tests 2>&1 | tee "$OUT/tests.log"
   # 2. The rollout's CUDA graph changes no maths: ppo.py's first 3 iterations at seed 1 with it, then with
   #    cuda_graph replaced by the eager forward; their learning columns side by side (TF32's rounding apart)
