@@ -141,7 +141,7 @@ DECAY = checked(float, "in [0, 1)", lambda v: 0 <= v < 1)  # --clip-coef too: lo
 
 
 # --- Batch-size invariance (Section 4) ------------------------------------------------------------
-# Section 4's batch-size-invariance adjustments that apply to this script
+# the adjustments that apply to this script
 ADJUSTMENTS = ("lr", "prox", "adv", "n_pi")
 
 
@@ -541,7 +541,7 @@ def update(agent, optimizer, batch, args, ewma):
     step. Returns the mean diagnostics."""
     batch_size = batch["actions"].numel()
     micro = args.micro_batch_size or batch_size // args.num_minibatches
-    # Section 6.2
+    # logged: watch the advantage std (Section 6.2's advice)
     sums = collections.defaultdict(float, adv_mean=batch["adv_mean"], adv_std=batch["adv_std"])
     for epoch in range(max(args.e_pi, args.e_v)):
         train_pi = epoch < args.e_pi
