@@ -421,7 +421,7 @@ class AdvantageMoments(nn.Module):
 
 
 def make_batch(rollout, agent, adv_moments, args):
-    """GAE on a (possibly stale) rollout, normalised advantages, and the old policy's log-probs."""
+    """The batch the update trains on: GAE on a (possibly stale) rollout, normalised advantages."""
     # the bootstrap value by the current network; the other values as collected (official code)
     with torch.no_grad():
         next_value = agent(rollout["next_obs"])[1]
@@ -435,8 +435,7 @@ def make_batch(rollout, agent, adv_moments, args):
     batch = {k: rollout[k].flatten(0, 1) for k in ("obs", "actions", "logp_behav", "values")}
     batch.update(advantages=advantages.flatten(), returns=returns.flatten(), adv_mean=adv_mean,
                  adv_std=adv_std)
-    # Section 5.1:
-    # with stale data, "old" is either the behaviour policy or the policy before this iteration
+    # Section 5.1: on stale data, "old" is the behaviour policy or the policy before this iteration
     batch["logp_old"] = (chunked_log_prob(agent, batch["obs"], batch["actions"])
                          if args.old_policy == "recent" else batch["logp_behav"])
     return batch
@@ -471,7 +470,7 @@ def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty, imp_samp_max)
 def value_loss(value, returns, values_behav, clip_vloss):
     """Squared error of the value against the GAE returns (times vf_coef, no 0.5: official code).
     With clip_vloss > 0 (CleanRL, after OpenAI baselines): the larger of it and the error of the
-    value held within clip_vloss of the old."""
+    value held within clip_vloss of the value at collection."""
     loss = (value - returns).pow(2)
     if clip_vloss > 0:
         clipped = values_behav + (value - values_behav).clamp(-clip_vloss, clip_vloss)

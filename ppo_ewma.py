@@ -92,7 +92,7 @@ def parse_args(argv=None):
     a("--adv-ewma-decay", type=DECAY, default=0.0, help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
     a("--prox", default="ewma", choices=("ewma", "recent"), help="prox: the EWMA, or the policy before this iteration")
-    a("--beta-prox", type=DECAY, default=0.889, help="EWMA decay (Table 4): centre of mass 1/(1-beta)-1 = 8 steps")
+    a("--beta-prox", type=DECAY, default=0.889, help="EWMA decay (Table 4): centre of mass 1/(1-beta)-1 = 8 Adam steps")
     a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on the importance weight (App. B); 0 = off")
     a("--staleness", type=NATURAL, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=COUNT, default=1, help="divide the batch size by C with Section 4's adjustments")
@@ -424,7 +424,7 @@ class AdvantageMoments(nn.Module):
 
 
 def make_batch(rollout, agent, adv_moments, args):
-    """GAE on a (possibly stale) rollout, normalised advantages, and the old policy's log-probs."""
+    """The batch the update trains on: GAE on a (possibly stale) rollout, normalised advantages."""
     # the bootstrap value by the current network; the other values as collected (official code)
     with torch.no_grad():
         next_value = agent(rollout["next_obs"])[1]
@@ -438,8 +438,7 @@ def make_batch(rollout, agent, adv_moments, args):
     batch = {k: rollout[k].flatten(0, 1) for k in ("obs", "actions", "logp_behav", "values")}
     batch.update(advantages=advantages.flatten(), returns=returns.flatten(), adv_mean=adv_mean,
                  adv_std=adv_std)
-    # Section 5.1:
-    # prox = recent is the policy before this iteration, so its log-probs are fixed here
+    # Section 5.1: prox = recent is the policy before this iteration: its log-probs are fixed here
     batch["logp_recent"] = (chunked_log_prob(agent, batch["obs"], batch["actions"])
                             if args.prox == "recent" else None)
     return batch
@@ -475,7 +474,7 @@ def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, 
 def value_loss(value, returns, values_behav, clip_vloss):
     """Squared error of the value against the GAE returns (times vf_coef, no 0.5: official code).
     With clip_vloss > 0 (CleanRL, after OpenAI baselines): the larger of it and the error of the
-    value held within clip_vloss of the old."""
+    value held within clip_vloss of the value at collection."""
     loss = (value - returns).pow(2)
     if clip_vloss > 0:
         clipped = values_behav + (value - values_behav).clamp(-clip_vloss, clip_vloss)
@@ -492,7 +491,7 @@ def micro_batch_loss(agent, batch, idx, args, ewma):
     entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
     with torch.no_grad():  # prox: the EWMA weights as they are at this optimiser step
         logp_prox = (log_prob(ewma.net.logits(batch["obs"][idx]), batch["actions"][idx])
-                     if args.prox == "ewma" else batch["logp_recent"][idx])  # (never cached)
+                     if args.prox == "ewma" else batch["logp_recent"][idx])
     pg_loss, diagnostics = policy_loss(
         logp, batch["logp_behav"][idx], logp_prox, batch["advantages"][idx],
         args.clip_coef, args.kl_penalty, args.imp_samp_max)
