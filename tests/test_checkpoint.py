@@ -1,4 +1,5 @@
 """Long runs: checkpoint, resume, SIGTERM and non-finite values (all four scripts)."""
+import itertools
 import json
 import os
 import re
@@ -89,14 +90,16 @@ def test_a_run_killed_by_sigkill_and_resumed_is_the_run_that_never_stopped(unint
         assert load(name).main(["--resume", part]) == part and same_rows(uninterrupted(name), part)
 
 
-def test_a_resumed_run_estimates_its_remaining_time_at_its_own_pace(finished_ppo, tmp_path, capsys):
+def test_a_resumed_run_estimates_its_remaining_time_at_its_own_pace(finished_ppo, tmp_path, capsys, monkeypatch):
     """The ETA after --resume: this process's time per iteration, not the checkpoint's time_s (which may be another
-    machine's): iterations of a tiny run take well under a minute, though the first two took an hour each."""
+    machine's). The clock moves a second a reading, so the resumed iteration takes seconds, whatever the machine's
+    speed, though the first two took an hour each."""
     ppo, run_dir = load("ppo"), copy_run(finished_ppo, tmp_path)
     state = checkpoint(run_dir)
     state["time_s"] = 7200.0  # 2 iterations took an hour each
     torch.save(state, os.path.join(run_dir, "checkpoint.pt"))
     capsys.readouterr()
+    monkeypatch.setattr(ppo.time, "time", itertools.count(1_800_000_000).__next__)
     ppo.main(["--resume", run_dir, "--total-timesteps", str(4 * BATCH)])
     out = capsys.readouterr().out
     assert "iter 3/4 |" in out and out.split("iter 3/4 |")[1].splitlines()[0].endswith("eta 0h00m")  # not 0h40m

@@ -1,5 +1,6 @@
 """Tiny real runs of each script on Procgen: the files a run writes, and reproducibility by seed."""
 import gc
+import hashlib
 import json
 import math
 import os
@@ -86,9 +87,16 @@ def learning_of_a_tiny_run(name, folder):
     return [{c: row[c] for c in COLUMNS if c in row} for row in run_tiny(name, folder, *recorded)[1]]
 
 
-def cpu_model():
+def machine():
+    """What the last bits depend on: the CPU (by name, model and instruction sets: a virtual machine's name may
+    stand for several), torch and the kernels it picks, and the threads (one a core this process may use)."""
     with open("/proc/cpuinfo") as f:
-        return next((line.split(":")[1].strip() for line in f if line.startswith("model name")), "")
+        first_cpu = f.read().split("\n\n")[0]
+    info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first_cpu.splitlines())}
+    flags = hashlib.sha256(info.get("flags", "").encode()).hexdigest()[:12]
+    cpu = [info.get(k, "") for k in ("model name", "cpu family", "model", "stepping")]
+    threads = f"{len(os.sched_getaffinity(0))} threads"
+    return " | ".join(cpu + [f"flags {flags}", torch.__version__, torch.backends.cpu.get_cpu_capability(), threads])
 
 
 @pytest.fixture(scope="module")
@@ -110,16 +118,16 @@ def test_a_tiny_run_of_each_script_leaves_no_file_unclosed(tiny_runs):
     assert {name: unclosed for name, (_, unclosed) in tiny_runs.items() if unclosed} == {}
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="the recording names a Linux CPU model")
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="the recording names a Linux machine")
 def test_a_tiny_run_of_each_script_learns_exactly_as_recorded(tiny_runs):
-    """Bit for bit on the CPU model the columns were recorded on. Another model rounds differently (other kernels):
-    the same code gave the same episodes on an AMD EPYC (Zen 4) and an Intel Xeon, every column within 3.2e-4
-    relative (approx_kl; the losses 1.8e-4). There it checks to 1e-3 relative: a slip such as a doubled
+    """Bit for bit on the machine the columns were recorded on (`machine()`). Another rounds differently (other
+    kernels): the same code gave the same episodes on an AMD EPYC (Zen 4) and an Intel Xeon, every column within
+    3.2e-4 relative (approx_kl; the losses 1.8e-4). There it checks to 1e-3 relative: a slip such as a doubled
     `ent_coef` fails it, a 2% change of it does not."""
     recorded = json.load(open(RECORDED))
     floats = lambda row: {c: float(v or "nan") for c, v in row.items()}  # noqa: E731
     for name, (rows, _) in tiny_runs.items():
-        if cpu_model() == recorded["cpu"]:
+        if machine() == recorded["machine"]:
             assert rows == recorded["runs"][name], name
             continue
         assert [list(row) for row in rows] == [list(row) for row in recorded["runs"][name]], name
@@ -133,6 +141,6 @@ if __name__ == "__main__":  # `python tests/test_runs.py`: record them anew, onl
     with tempfile.TemporaryDirectory() as folder:
         runs = {name: learning_of_a_tiny_run(name, os.path.join(folder, name)) for name in SCRIPTS}
     with open(RECORDED, "w") as f:
-        json.dump({"cpu": cpu_model(), "torch": torch.__version__, "runs": runs}, f, indent=1)
+        json.dump({"machine": machine(), "runs": runs}, f, indent=1)
         f.write("\n")
-    print(f"recorded {RECORDED} on {cpu_model()}", file=sys.stderr)
+    print(f"recorded {RECORDED} on {machine()}", file=sys.stderr)

@@ -55,12 +55,15 @@ def test_micro_batches_give_the_same_gradient_as_one_pass(script):
 
 def test_micro_batches_give_the_same_parameters_after_an_optimiser_step(script):
     """One Adam step on a minibatch of 128, one pass vs micro-batches of 16. Adam's first step is
-    lr * g / (|g| + eps), so a coordinate whose gradient is ~1e-8 can move differently under rounding: all but
-    0.01% of the coordinates agree to 1e-6 (measured: < 0.001%), and every one to 2e-5, 4% of the step of 5e-4
-    (measured: 1.0e-5). Over several steps such differences compound, so the gradient test above is the strict one."""
-    (_, p_one), (_, p_micro) = one_update(script, 0, 1, 1), one_update(script, 16, 1, 1)
-    diff = torch.cat([(p_one[k] - p_micro[k]).abs().flatten() for k in p_one])
-    assert float((diff > 1e-6).float().mean()) < 1e-4 and float(diff.max()) < 2e-5
+    lr * g / (|g| + eps): where g is near eps, a rounding difference of g moves the step by up to lr, so the check
+    is on the coordinates whose gradient stands above rounding (1e-6 of the gradient's norm, the test above; the
+    clip makes that norm 0.5): there every parameter agrees to 1e-6 (measured: 2e-8). One step a micro-batch, or
+    a step that misses a micro-batch's gradient, moves them by ~lr = 5e-4."""
+    (g_one, p_one), (_, p_micro) = one_update(script, 0, 1, 1), one_update(script, 16, 1, 1)
+    scale = float(torch.cat([g.flatten() for g in g_one.values()]).norm())
+    for k, g in g_one.items():
+        above_rounding = g.abs() > 1e-6 * scale
+        assert float(((p_one[k] - p_micro[k]).abs() * above_rounding).max()) < 1e-6, k
     initial = script.Agent(15).state_dict()
     assert any(not torch.equal(p_one[k], initial[k]) for k in p_one)
 

@@ -23,11 +23,12 @@ def reward_data(rank, rollout):
     return torch.randn(8, 3, generator=g) * (1 if rank == 0 else 100), torch.rand(8, 3, generator=g) < 0.2
 
 
-def _worker(rank, port, result_dir):
+def _worker(rank, result_dir):
     """Both workers' statistics, in one spawn: AdvantageMoments at decays 0 and 0.5 over 3 batches, RewardNormalizer
-    over 2 rollouts of 8 steps x 3 envs; each worker's results go to rank{rank}.pt."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    over 2 rollouts of 8 steps x 3 envs; each worker's results go to rank{rank}.pt. The workers meet in a file of
+    the test's folder, not on a port another process may hold."""
+    store = f"file://{os.path.join(result_dir, 'store')}"
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=2)
     ppo, out = load("ppo"), {}
     for decay in DECAYS:
         moments = ppo.AdvantageMoments(decay)
@@ -43,7 +44,7 @@ def _worker(rank, port, result_dir):
 def pooled(tmp_path_factory):
     """[rank 0's results, rank 1's]: two gloo workers on the CPU (torch.multiprocessing), started once for the file."""
     folder = tmp_path_factory.mktemp("workers")
-    mp.spawn(_worker, args=(29500 + os.getpid() % 1000, str(folder)), nprocs=2)
+    mp.spawn(_worker, args=(str(folder),), nprocs=2)
     return [torch.load(os.path.join(folder, f"rank{r}.pt")) for r in range(2)]
 
 
