@@ -276,7 +276,9 @@ def main_cpu(args):
     """Train the pilots still to do, pick the games, then train and show the comparison."""
     pilots = pilot_runs(args)
     sweep.run_sweep(args, pilots)
-    scores = pilot_scores(sweep.select_runs(pilots, *(sweep.record_dirs(args) or [args.runs_dir])), args)
+    # each pilot as it picked the games: a seed-1 run trained later (elsewhere, from scratch) does not replace it
+    dirs = sweep.record_dirs(args) or [args.runs_dir]
+    scores = pilot_scores(sweep.select_runs(pilots, *dirs, earliest=True), args)
     k = args.score_iterations
     print(f"Pilots (ppo.py, seed 1, {args.pilot_iterations} iterations): mean return of the first and the last {k} "
           f"iterations\n\n" + analysis.markdown_table(

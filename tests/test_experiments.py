@@ -547,6 +547,14 @@ def test_fig4_cpu_compares_its_games_then_those_the_pilots_rank_first(tmp_path, 
     assert [(os.path.basename(script), env, seed) for script, env, seed in planned] == [
         (script, env, seed) for env in ("leaper", "maze") for seed in ("1", "2")
         for script in ("ppo.py", "ppo_ewma.py")]
+    # maze's seed-1 run trained after the pick, from scratch (its pilot's checkpoint was on another machine), is longer
+    # and newer: the pilots' table and the pick stay those of the pilot, the earliest finished run
+    later = write_run(tmp_path / "later", "maze", "ppo", 1, [1.0] * 4, config={**recorded_config(maze),
+                                                                                "total_timesteps": 512})
+    shutil.move(later, committed / "maze__ppo__1__2001")
+    assert ewma.main(argv + ["--dry-run", "--seeds", "1", "2"]) is None
+    out = capsys.readouterr().out
+    assert "| maze | 6.00 | 7.00 | +0.200 |" in out and "Compared: leaper, maze" in out
 
 
 def test_fig4_cpu_tables_give_the_last_tenth_of_each_run_and_the_paired_test_by_hand(tmp_path, capsys, monkeypatch):
