@@ -615,10 +615,22 @@ class AuxBuffer:
         self.returns[:self.size] = state["returns"]
 
 
+def aux_loss(agent, obs, returns, logp_old, args):
+    """0.5 MSE(aux value) + beta_clone KL[pi_old || pi] + 0.5 MSE(value), and its terms to log;
+    pi_old: the policy as the policy phase ended, the targets: its returns."""
+    logits, aux_value = agent.policy(obs)
+    value = agent.value(obs).squeeze(-1)
+    logp = F.log_softmax(logits, dim=-1)
+    kl = (logp_old.exp() * (logp_old - logp)).sum(-1).mean()  # exact categorical KL
+    aux_value_loss = 0.5 * (aux_value - returns).pow(2).mean()
+    true_value_loss = 0.5 * (value - returns).pow(2).mean()
+    loss = aux_value_loss + args.beta_clone * kl + true_value_loss
+    return loss, {"aux_kl": kl, "aux_value_loss": aux_value_loss,
+                  "aux_true_value_loss": true_value_loss}
+
+
 def aux_phase(agent, aux_optimizer, aux_buffer, args):
-    """E_aux epochs over the phase's data, minibatches of whole trajectories, minimising
-    0.5 MSE(aux value) + beta_clone KL[pi_old || pi] + 0.5 MSE(value), with pi_old the policy at
-    the end of the policy phase; the value targets, the policy phase's returns."""
+    """E_aux epochs of aux_loss over the phase's data, in minibatches of whole trajectories."""
     n = aux_buffer.size
     device = aux_buffer.obs.device
     start = time.time()
@@ -638,20 +650,10 @@ def aux_phase(agent, aux_optimizer, aux_buffer, args):
             micro = args.micro_batch_size or len(mb_obs)
             aux_optimizer.zero_grad(set_to_none=True)
             for idx in torch.arange(len(mb_obs), device=device).split(micro):
-                logits, aux_value = agent.policy(mb_obs[idx])
-                value = agent.value(mb_obs[idx]).squeeze(-1)
-                logp = F.log_softmax(logits, dim=-1)
-                # exact categorical KL
-                kl = (mb_logp_old[idx].exp() * (mb_logp_old[idx] - logp)).sum(-1).mean()
-                aux_value_loss = 0.5 * (aux_value - mb_returns[idx]).pow(2).mean()
-                true_value_loss = 0.5 * (value - mb_returns[idx]).pow(2).mean()
-                loss = aux_value_loss + args.beta_clone * kl + true_value_loss
+                loss, losses = aux_loss(agent, mb_obs[idx], mb_returns[idx], mb_logp_old[idx], args)
                 (loss * (len(idx) / len(mb_obs))).backward()
-                w = len(idx) / (len(mb_obs) * num_steps)
-                losses = {"aux_kl": kl, "aux_value_loss": aux_value_loss,
-                          "aux_true_value_loss": true_value_loss}
-                for k, v in losses.items():
-                    sums[k] = sums[k] + v.detach() * w
+                for k, v in losses.items():  # means over the phase's steps
+                    sums[k] = sums[k] + v.detach() * (len(idx) / (len(mb_obs) * num_steps))
             average_gradients(agent.parameters())
             aux_optimizer.step()
         say(f"  aux epoch {epoch + 1}/{args.e_aux} over {n} trajectories: "

@@ -18,7 +18,7 @@ MAY_DIFFER = {
     ("ppo.py", "ppo_ewma.py"): DECOUPLING,  # the paper's change (Sections 2 and 4, Appendix A)
     ("ppg.py", "ppg_ewma.py"): DECOUPLING,  # the same change on PPG
     ("ppo.py", "ppg.py"): {"docstring", "ADJUSTMENTS", "parse_args", "apply_batch_size_invariance", "PolicyNetwork",
-                           "Agent", "micro_batch_loss", "update", "AuxBuffer", "aux_phase", "main"},  # what PPG adds
+                           "Agent", "micro_batch_loss", "update", "AuxBuffer", "aux_loss", "aux_phase", "main"},  # PPG's
 }
 
 
