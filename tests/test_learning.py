@@ -10,7 +10,10 @@ import pytest
 from conftest import PPG_SCRIPTS, EchoEnv, load, read_progress
 
 # (envs, steps, iterations): at CleanRL's defaults the policy starts near uniform; with seeds 1-3, PPO's return passed
-# 0.9 by iteration 10 or 11 of its 16, PPG-EWMA's (8 envs: with 4, one seed stalled near 0.85) by iteration 5 or 6 of 9
+# 0.9 by iteration 10 or 11 of its 16, PPG-EWMA's (8 envs: with 4, one seed stalled near 0.85) by iteration 5 or 6 of 9.
+# Another CPU or thread count rounds differently (another draw), and a learned policy's return can dip for an
+# iteration (to 0.64 in PPO's second half): over seeds 1-10 at 1 and 2 threads of each script (40 runs) the mean of
+# the last 2 iterations fell to 0.851 (PPO) and 0.828 (PPG-EWMA), that of the last 4, checked here, to 0.875 (both).
 SIZES = {"ppo": (4, 16, 16), "ppg_ewma": (8, 16, 9)}
 
 
@@ -26,4 +29,4 @@ def test_main_learns_to_echo_the_screen(name, tmp_path, monkeypatch):
     returns = [float(row["episodic_return"]) for row in read_progress(script.main(argv))]
     assert len(returns) == iterations
     assert returns[0] < 0.2, returns  # collected by the initial policy: about 1/15
-    assert sum(returns[-2:]) / 2 > 0.8, returns
+    assert sum(returns[-4:]) / 4 > 0.8, returns
