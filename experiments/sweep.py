@@ -228,11 +228,12 @@ def select_runs(runs, *dirs, earliest=False):
     started in any of `dirs`, by the time in its name), loaded, with its tags: a list of loaded runs."""
     selected = []
     for run in runs:
-        run_dir = next(filter(None, (find_finished(run, d) for d in dirs)), None)
         if earliest:
             finished = [d for runs_dir in dirs for d, config in folders_of(run, runs_dir)
                         if last_global_step(d) >= planned_steps(run, config)]
             run_dir = min(finished, key=lambda d: int(d.rsplit("__", 1)[1]), default=None)
+        else:
+            run_dir = next(filter(None, (find_finished(run, d) for d in dirs)), None)
         if run_dir:
             loaded = analysis.load_run(run_dir)
             loaded["tags"] = dict(run.tags)
