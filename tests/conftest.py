@@ -32,7 +32,12 @@ DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]
 LEARNING_COLUMNS = ["iteration", "global_step", "episodic_return", "episodic_length", "policy_loss", "value_loss",
                     "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac"]
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+@pytest.fixture(autouse=True)
+def same_threads():
+    """Every test starts on the same threads (2 at most), whether or not a test before it ran main(), which takes one
+    a core (setup)."""
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
 def load(name, folder=ROOT):
