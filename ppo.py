@@ -78,7 +78,7 @@ def parse_args(argv=None):
     a("--gamma", type=FRACTION, default=0.999, help="discount (gamma)")
     a("--gae-lambda", type=FRACTION, default=0.95, help="GAE bootstrapping parameter (lambda)")
     a("--clip-coef", type=DECAY, default=0.2, help="PPO clipping parameter (epsilon); 0 = no clipping")
-    a("--kl-penalty", type=NON_NEGATIVE, default=0.0, help="KL penalty coefficient (beta in eq. 8); 0 = off")
+    a("--kl-penalty", type=NON_NEGATIVE, default=0.0, help="KL penalty coefficient (beta, PPO's eq. 8); 0 = off")
     a("--ent-coef", type=NON_NEGATIVE, default=0.01, help="entropy coefficient")
     a("--vf-coef", type=NON_NEGATIVE, default=0.25, help="value function coefficient (official code 0.5)")
     a("--clip-vloss", action=yes_no, default=True, help="clip value updates at --clip-coef (CleanRL; official: no)")
@@ -90,7 +90,7 @@ def parse_args(argv=None):
     a("--norm-adv", action=yes_no, default=True, help="advantage normalisation")
     a("--adv-ewma-decay", type=DECAY, default=0.0, help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
-    a("--old-policy", default="behav", choices=("behav", "recent"), help="the data's or the last iteration's policy")
+    a("--old-policy", default="behav", choices=("behav", "recent"), help="the data's, or the one before this iteration")
     a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on the importance weight (App. B); 0 = off")
     a("--staleness", type=NATURAL, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=COUNT, default=1, help="divide the batch size by C with Section 4's adjustments")
@@ -147,7 +147,7 @@ def apply_batch_size_invariance(args):
     args.num_envs //= c
     if "lr" not in args.no_adjust:
         args.learning_rate /= math.sqrt(c)  # Adam step size / sqrt(C) (Section 3.2, Appendix C)
-    # effective sample size 2/(1-beta)-1, in iterations, times C (footnote 1)
+    # effective sample size 2/(1-decay)-1, in iterations, times C (footnote 1)
     if "adv" not in args.no_adjust:
         args.adv_ewma_decay = 1 - 2 / (c * (2 / (1 - args.adv_ewma_decay) - 1) + 1)
     if args.adam_beta_adjust:
@@ -441,13 +441,13 @@ def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty, imp_samp_max)
     return pg_losses.mean() + kl_penalty * kl.mean(), diagnostics
 
 
-def value_loss(value, returns, values_behav, clip_vloss):
+def value_loss(value, returns, values_behav, clip_coef):
     """Squared error of the value against the GAE returns (times vf_coef, no 0.5: official code).
-    With clip_vloss > 0 (CleanRL, after OpenAI baselines): the larger of it and the error of the
-    value held within clip_vloss of the value at collection."""
+    With clip_coef > 0 (CleanRL, after OpenAI baselines): the larger of it and the error of the
+    value held within clip_coef of the value at collection."""
     loss = (value - returns).pow(2)
-    if clip_vloss > 0:
-        clipped = values_behav + (value - values_behav).clamp(-clip_vloss, clip_vloss)
+    if clip_coef > 0:
+        clipped = values_behav + (value - values_behav).clamp(-clip_coef, clip_coef)
         loss = torch.maximum(loss, (clipped - returns).pow(2))
     return loss.mean()
 
@@ -884,20 +884,20 @@ def open_run(args, device, num_iterations, start):
     caught; returns (run_dir, lock)."""
     name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     folder = [args.resume or os.path.join(args.runs_dir, name)]
-    if worker()[0] == 0 and not args.resume:  # a run started in the same second, same name, fails
+    rank = worker()[0]
+    if rank == 0 and not args.resume:  # a run started in the same second, same name, fails
         os.makedirs(folder[0])
     if dist.is_initialized():
         dist.broadcast_object_list(folder, 0)
     run_dir = folder[0]
     # held till this process ends, however it ends: resuming a run that still trains fails here
-    rank = worker()[0]
     lock = filelock.FileLock(os.path.join(run_dir, f"run.rank{rank}.lock" if rank else "run.lock"))
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
         error(f"{run_dir} is in use by another process (the run, or a resume of it): stop it first")
     batch_size = args.num_envs * args.num_steps
-    if worker()[0] == 0:
+    if rank == 0:
         write_run_files(run_dir, args, start, batch_size=batch_size, num_iterations=num_iterations,
                         minibatch_size=batch_size // args.num_minibatches, device=str(device),
                         world_size=worker()[1], global_batch_size=batch_size * worker()[1],
