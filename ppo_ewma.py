@@ -81,7 +81,7 @@ def parse_args(argv=None):
     a("--clip-coef", type=DECAY, default=0.2, help="PPO clipping parameter (epsilon); 0 = no clipping")
     a("--kl-penalty", type=NON_NEGATIVE, default=0.0, help="KL penalty coefficient (beta, PPO's eq. 8); 0 = off")
     a("--ent-coef", type=NON_NEGATIVE, default=0.01, help="entropy coefficient")
-    a("--vf-coef", type=NON_NEGATIVE, default=0.25, help="value function coefficient (official code 0.5)")
+    a("--vf-coef", type=NON_NEGATIVE, default=0.25, help="value loss weight (CleanRL 0.5 x 0.5 MSE, official 0.5)")
     a("--clip-vloss", action=yes_no, default=True, help="clip value updates at --clip-coef (CleanRL; official: no)")
     a("--max-grad-norm", type=NON_NEGATIVE, default=0.5, help="gradient norm clip; 0 = off (official code)")
     a("--adam-eps", type=NON_NEGATIVE, default=1e-5, help="Adam's epsilon (CleanRL 1e-5, official 1e-8)")
