@@ -4,7 +4,7 @@
 
     python ppg.py --env-id starpilot
 
-The algorithm first, in the same sections in all four scripts; then the machinery, an appendix
+The algorithm first, its sections in one order in all four scripts; then the machinery, an appendix
 identical in all four."""
 import argparse
 import collections
@@ -28,9 +28,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-SCRIPT = os.path.basename(__file__)  # this script's name, in messages and in config.json
-# Procgen: procgen-gym on Python 3.13 (numpy 2); on 3.11 and 3.12 procgen-mirror (the original, on
-# gym3 and numpy < 2), given procgen-gym's reset() -> (obs, info), step(a) -> (obs, reward, first)
+SCRIPT = os.path.basename(__file__)
+# Procgen: procgen-gym on Python 3.13 (numpy 2); on 3.11 and 3.12 procgen-mirror (the original,
+# gym3, numpy < 2), given procgen-gym's reset() -> (obs, info), step(a)[:3] -> (obs, reward, first)
 try:
     import procgen_gym as procgen
     ProcgenGames = procgen.ProcgenVecEnv
@@ -50,8 +50,7 @@ except ImportError:
 
 # --- Arguments ------------------------------------------------------------------------------------
 def parse_args(argv=None):
-    # --help shows every default; a flag is typed whole (a resume refuses flags by their names); bad
-    # input is one line, with no usage dump
+    # a flag is typed whole (a resume refuses flags by name); bad input: one line, no usage dump
     p = argparse.ArgumentParser(prog=SCRIPT, description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.error = lambda message: p.exit(2, f"{SCRIPT}: error: {message}\n")
@@ -116,14 +115,14 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.resume or args.evaluate:
         return resume_args(p, argv, args)  # the run's config.json, adjustments included (appendix)
-    check_args(p, args, "e_pi")  # what the flags' types cannot see (appendix)
+    check_args(p, args, "e_pi")  # whole minibatches; Section 4's one epoch (appendix)
     apply_batch_size_invariance(args)
     return args
 
 
 def checked(kind, allowed, ok):
     """An argparse type: a `kind` that ok() accepts, else "argument --FLAG: must be {allowed}"."""
-    def number(text):  # not a number at all: "invalid number value: 'abc'"
+    def number(text):  # the name argparse prints: "invalid number value: 'abc'"
         value = kind(text)
         if not ok(value):
             raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
@@ -139,7 +138,7 @@ DECAY = checked(float, "in [0, 1)", lambda v: 0 <= v < 1)  # --clip-coef too: lo
 
 
 # --- Batch-size invariance (Section 4) ------------------------------------------------------------
-# the adjustments that apply to this script
+# --no-adjust's choices in this script
 ADJUSTMENTS = ("lr", "adv", "n_pi")
 
 
@@ -152,7 +151,7 @@ def apply_batch_size_invariance(args):
     args.aux_learning_rate = args.learning_rate
     args.adam_betas = (0.9, 0.999)  # Adam's defaults
     if c == 1:
-        return  # nothing to adjust
+        return
     args.num_envs //= c
     if "lr" not in args.no_adjust:
         args.learning_rate /= math.sqrt(c)  # Adam step size / sqrt(C) (Section 3.2, Appendix C)
@@ -313,7 +312,7 @@ def chunked_log_prob(net, obs, actions, chunk=256):
 # --- Rollout --------------------------------------------------------------------------------------
 def new_rollout(num_steps, num_envs, device):
     """One rollout, on the device. `firsts[t]` marks obs t as the first frame of an episode."""
-    z = lambda dtype: torch.zeros((num_steps, num_envs), dtype=dtype, device=device)  # noqa: E731
+    z = lambda dtype: torch.zeros((num_steps, num_envs), dtype=dtype, device=device)
     return {"obs": torch.zeros((num_steps, num_envs, 64, 64, 3), dtype=torch.uint8, device=device),
             "actions": z(torch.long), "logp_behav": z(torch.float32), "rewards": z(torch.float32),
             "firsts": z(torch.bool), "values": z(torch.float32)}
@@ -322,7 +321,7 @@ def new_rollout(num_steps, num_envs, device):
 @torch.no_grad()
 def collect_rollout(envs, agent, num_steps, device):
     """Run the behaviour policy (the current network) num_steps more steps in every env. The rollout
-    carries the frame after it too (the bootstrap value); the log, its finished episodes."""
+    carries the frame after it too (to bootstrap from); the log, its finished episodes."""
     rollout = new_rollout(num_steps, envs.num_envs, device)
     log = {"episode_returns": [], "episode_lengths": []}
     next_obs = torch.from_numpy(envs.obs).to(device)
@@ -401,7 +400,7 @@ def compute_gae(rewards, values, firsts, next_value, next_first, gamma, gae_lamb
 
 # --- Advantage normalisation (Section 4) ----------------------------------------------------------
 class AdvantageMoments(nn.Module):
-    """EWMA estimates of the advantage mean and variance across iterations, each batch weighted by
+    """EWMA estimates of the advantage mean and std across iterations, each batch weighted by
     its size. decay 0 = this batch only; the effective sample size is 2/(1-decay)-1 iterations."""
     def __init__(self, decay):
         super().__init__()
@@ -445,7 +444,7 @@ def make_batch(rollout, agent, adv_moments, args):
 def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty, imp_samp_max):
     """Clipped surrogate (eq. 7) and/or KL penalty (eq. 8), in log space, against one old policy.
     The importance weight is capped at imp_samp_max (Appendix B; 0 = no cap), in value only:
-    gradients still flow through logp. It bites only on stale data (Section 5.1)."""
+    gradients still flow through logp. Meant for stale data (Section 5.1)."""
     log_cap = (logp.detach() - math.log(imp_samp_max) if imp_samp_max
                else torch.full_like(logp, -math.inf))
     capped = logp_old < log_cap
@@ -636,7 +635,6 @@ def main(argv=None):
         pytorch_init(agent)  # CleanRL PPO's weights in place of the official code's
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas,
                                  eps=args.adam_eps)
-    # rewards / a running std of the return, its statistics pooled over workers
     reward_normalizer = RewardNormalizer(args.num_envs, args.norm_reward_gamma).to(device)
     adv_moments = AdvantageMoments(args.adv_ewma_decay).to(device)
     stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
@@ -644,13 +642,13 @@ def main(argv=None):
     aux_optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate,
                                      eps=args.adam_eps)
     aux_buffer = AuxBuffer(args.n_pi, args.num_envs, args.num_steps, device)
-    seed = args.seed + 100_000 * worker()[0]  # each worker's envs play levels of their own
+    seed = args.seed + 100_000 * worker()[0]  # each worker (rank) seeds its own envs
     envs = ProcgenVecEnv(args.env_id, args.num_envs, args.distribution_mode, args.num_levels,
                          args.start_level, seed)
     # what a checkpoint holds
     learner = dict(agent=agent, optimizer=optimizer, reward_normalizer=reward_normalizer,
                    adv_moments=adv_moments, envs=envs)
-    learner.update(aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)
+    learner |= dict(aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)
     # the run's length: whole phases of N_pi iterations, each ending with an aux phase
     phase_steps = args.n_pi * args.num_envs * args.num_steps * worker()[1]
     num_iterations = args.n_pi * math.ceil(args.total_timesteps / phase_steps)
@@ -677,7 +675,7 @@ def main(argv=None):
             batch = make_batch(stale_rollouts.popleft(), agent, adv_moments, args)
             stats = update(agent, optimizer, batch, args)
             aux_buffer.add(batch, args.num_steps)
-        # the policy phase ends: the auxiliary phase
+        # the policy phase ends: the auxiliary phase (none while --staleness has trained nothing)
         if iteration % args.n_pi == 0 and aux_buffer.size > 0:
             stats |= aux_phase(agent, aux_optimizer, aux_buffer, args)
         seconds = time.time() - started  # this iteration's training: its speed, evaluation apart
@@ -687,7 +685,7 @@ def main(argv=None):
             save_video(args, agent, run_dir, iteration)  # a GIF of one episode
         row = log_iteration(run_dir, args, device, iteration, num_iterations, stats, rollout_log,
                             seconds, clock)
-        problem, stop = stop_check(row, agent, device)  # a non-finite value; a signal; no launcher
+        problem, stop = stop_check(row, agent, device)  # a NaN or inf; a signal; torchrun gone
         save_now = stop or due(iteration, args.save_interval * args.n_pi, num_iterations)
         if args.save_model and not problem and save_now:
             save_checkpoint(run_dir, learner, stale_rollouts, iteration, row["time_s"])
@@ -698,7 +696,7 @@ def main(argv=None):
 
 
 # ==================================================================================================
-# APPENDIX: the machinery. The algorithm is complete above; the same in all four scripts.
+# APPENDIX: the machinery. The same in all four scripts; the algorithm is complete above.
 # ==================================================================================================
 # --- Argument checks and resume -------------------------------------------------------------------
 def check_args(p, args, epochs):
