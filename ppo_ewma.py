@@ -94,7 +94,7 @@ def parse_args(argv=None):
     a("--beta-prox", type=DECAY, default=0.889, help="EWMA decay (Table 4): centre of mass 1/(1-beta)-1 = 8 Adam steps")
     a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on the importance weight (App. B); 0 = off")
     a("--staleness", type=NATURAL, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
-    a("--batch-divisor", type=COUNT, default=1, help="divide the batch size by C with Section 4's adjustments")
+    a("--batch-divisor", type=COUNT, default=1, help="divide --num-envs by C with Section 4's adjustments")
     a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS, help="drop one adjustment (repeatable)")
     a("--adam-beta-adjust", action="store_true", help="raise Adam's betas to the power 1/C (Appendix D)")
     # long runs, watching and testing the agent, speed
