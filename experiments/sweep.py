@@ -354,17 +354,17 @@ def sweep_parser(description, epilog=""):
     a("--parallel", type=int, help="runs trained at the same time")
     a("--cores-per-run", type=int, help="CPU cores each run is pinned to (default: all cores / --parallel)")
     a("--runs-dir", help="where the run folders go; the figure and summary CSV too, unless --out-dir")
-    a("--out-dir", help="where the figure and summary CSV go (default: --runs-dir)")
-    a("--summary-dir", help="where the summary CSV goes (default: --out-dir)")
+    a("--out-dir", help="where the figure and summary CSV go (default: --runs-dir; --cpu: docs/figures, committed)")
+    a("--summary-dir", help="where the summary CSV goes (default: --out-dir; --cpu: data, committed)")
     a("--save-model", action="store_true", default=None,
-      help="pass --save-model: runs checkpoint, and a run that stopped half-way goes on from its checkpoint")
+      help="pass --save-model (the scripts' default): a run that stopped half-way goes on from its checkpoint")
     a("--committed", metavar="DIR", help="copy each finished run's config.json and progress.csv to DIR/<run folder>/, "
                                          "skip runs finished there, and draw the figure from there alone")
-    a("--final-frac", type=float, default=0.1, help="final return = mean over this last fraction of iterations")
+    a("--final-frac", type=float, default=0.1, help="final return = mean over this last fraction of iterations (--cpu tables: of env steps)")
     a("--smooth", type=int, default=5, help="moving-average window (iterations) for the learning curves")
-    a("--extra", default="", help="more flags for every training command, e.g. \"--bf16\"; not part of a run's "
+    a("--extra", default="", help="more flags for every training command, e.g. --extra=--bf16; not part of a run's "
                                   "identity: use another --runs-dir when changing them")
-    a("--quick", action="store_true", help="the CPU-sized preset described above")
+    a("--quick", action="store_true", help="the CPU-sized preset described below")
     a("--plot-only", action="store_true", help="train nothing: figure and summary from the finished runs")
     a("--dry-run", action="store_true", help="print the commands of the runs still to do, and stop")
     a("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests: seconds-long runs

@@ -1,6 +1,6 @@
 """How much of each network's Adam step its eps takes away, read from a run's checkpoint.
 
-    python experiments/tools/adam_state.py runs/learning/starpilot__ppg__1__1795719881 [RUN_DIR ...]
+    python experiments/tools/adam_state.py RUN_DIR [RUN_DIR ...]   # run folders of yours, with their checkpoint.pt
 
 Adam moves a weight by lr * m_hat / (sqrt(v_hat) + eps), where sqrt(v_hat) is the running RMS of that weight's
 gradient. Where the gradients are much smaller than eps, eps, not the gradient's scale, sets the step: the weight
@@ -63,6 +63,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help=f"run folders with a {CHECKPOINT}")
     args = p.parse_args(argv)
+    missing = [d for d in args.run_dirs if not os.path.isfile(os.path.join(d, CHECKPOINT))]
+    if missing:  # data/runs keeps no checkpoints
+        p.error(f"no {CHECKPOINT} in {missing[0]}")
     for run_dir in args.run_dirs:
         checkpoint = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=False)
         print(table(run_dir, checkpoint))

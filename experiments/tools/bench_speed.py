@@ -34,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # experiments/
-from sweep import ROOT, SCRIPTS  # noqa: E402  (importing sweep puts ROOT, the scripts' folder, on sys.path)
+from sweep import PROCGEN_GAMES, ROOT, SCRIPTS  # noqa: E402  (importing sweep puts ROOT, the scripts' folder, on sys.path)
 
 
 def run_script(script, options, args, workdir):
@@ -330,7 +330,7 @@ def main():
     p.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=SCRIPTS)
     p.add_argument("--options", nargs="+", default=[""],
                    help="option sets to compare, e.g. '' ' --bf16' (start each with a space)")
-    p.add_argument("--env-id", default="starpilot")
+    p.add_argument("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME")
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--num-steps", type=int, default=256)
     p.add_argument("--iterations", type=int, default=2, help="measured iterations per run")

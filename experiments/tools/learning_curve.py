@@ -123,14 +123,23 @@ def draw(runs, out, smooth_steps, references=None, width=100_000):
     figures.save_figure(fig, out)
 
 
+def positive(text):
+    """An argparse type: a whole number of env steps above 0."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="*", metavar="RUN_DIR", help="run folders, or folders holding them (default: the "
                                                                 "README's runs in data/runs, see below)")
-    p.add_argument("-o", "--out", default=OUT, help="output image (PNG); default docs/figures/learning_1m.png")
-    p.add_argument("--smooth-steps", type=int, default=100_000, help="moving average over this many env steps")
-    p.add_argument("--window", type=int, default=100_000, help="the table's windows, in env steps")
+    p.add_argument("-o", "--out", help="output image (PNG); default: docs/figures/learning_1m.png for the README's "
+                                            "runs (it is committed), curves.png for RUN_DIRs")
+    p.add_argument("--smooth-steps", type=positive, default=100_000, help="moving average over this many env steps")
+    p.add_argument("--window", type=positive, default=100_000, help="the table's windows, in env steps")
     p.add_argument("--total-timesteps", type=int, default=1_000_000,
                    help="without RUN_DIRs: the length of the runs to take from data/runs")
     p.add_argument("--reference", nargs="+", default=[], metavar="CSV",
@@ -138,6 +147,7 @@ def main(argv=None):
     p.add_argument("--train", action="store_true", help="first train the README's runs that data/runs lacks")
     p.add_argument("--runs-dir", default=os.path.join(sweep.ROOT, "runs", "learning"), help="where --train trains")
     args = p.parse_args(argv)
+    args.out = args.out or ("curves.png" if args.paths else OUT)
     missing = [path for path in args.paths if not os.path.isdir(path)]
     if missing:
         p.error(f"not a folder: {', '.join(missing)}")
