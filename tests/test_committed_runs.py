@@ -347,6 +347,13 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     learning_curve.main([str(runs), "-o", out])
     header = capsys.readouterr().out.split("\n")[2]
     assert header.count("|") == 8 and f"starpilot__{ppo}__1__1001" in header and "fig2__ppo_ewma__div1" in header
+    # without -o, run folders draw curves.png here, never the README's committed figure
+    monkeypatch.chdir(tmp_path)
+    assert learning_curve.main([str(runs)]) == "curves.png" and os.path.getsize(tmp_path / "curves.png") > 0
+    for flag in ("--window", "--smooth-steps"):
+        with pytest.raises(SystemExit) as exit_info:
+            learning_curve.main([str(runs), flag, "0"])
+        assert exit_info.value.code == 2 and f"argument {flag}: must be at least 1, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         learning_curve.main([str(tmp_path / "figures"), "-o", out])
     assert exit_info.value.code == 2 and "no runs" in capsys.readouterr().err

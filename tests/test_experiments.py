@@ -200,6 +200,9 @@ def test_adam_state_reads_each_parts_gradient_rms_and_the_step_eps_leaves_by_han
                     "| policy.pi_head | 3,855 | 1.0e-03 | 0.00 | 0.99 | 1.00 |",
                     "| value.0 | 622,144 | 4.0e-05 | 0.00 | 0.80 | 1.00 |",  # 4e-5 / 5e-5
                     "| value.1 | 257 | 2.0e-05 | 0.00 | 0.67 | 1.00 |"]  # 2e-5 / 3e-5
+    with pytest.raises(SystemExit) as exit_info:  # a committed run keeps no checkpoint
+        adam_state.main([str(run_dir), str(tmp_path)])
+    assert exit_info.value.code == 2 and f"no {sweep.CHECKPOINT} in {tmp_path}" in capsys.readouterr().err
 
 
 # --- Runners: the commands they build ------------------------------------------------------------------
