@@ -360,7 +360,8 @@ def sweep_parser(description, epilog=""):
       help="pass --save-model (the scripts' default): a run that stopped half-way goes on from its checkpoint")
     a("--committed", metavar="DIR", help="copy each finished run's config.json and progress.csv to DIR/<run folder>/, "
                                          "skip runs finished there, and draw the figure from there alone")
-    a("--final-frac", type=float, default=0.1, help="final return = mean over this last fraction of iterations (--cpu tables: of env steps)")
+    a("--final-frac", type=float, default=0.1,
+      help="final return = mean over this last fraction of iterations (--cpu tables: of env steps)")
     a("--smooth", type=int, default=5, help="moving-average window (iterations) for the learning curves")
     a("--extra", default="", help="more flags for every training command, e.g. --extra=--bf16; not part of a run's "
                                   "identity: use another --runs-dir when changing them")

@@ -34,7 +34,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # experiments/
-from sweep import PROCGEN_GAMES, ROOT, SCRIPTS  # noqa: E402  (importing sweep puts ROOT, the scripts' folder, on sys.path)
+# importing sweep puts ROOT, the scripts' folder, on sys.path
+from sweep import PROCGEN_GAMES, ROOT, SCRIPTS  # noqa: E402
 
 
 def run_script(script, options, args, workdir):
