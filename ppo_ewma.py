@@ -61,7 +61,7 @@ def parse_args(argv=None):
     a("--exp-name", default=SCRIPT[:-3], help="name used in the run folder")
     a("--seed", type=NATURAL, default=1, help="seeds torch and Procgen")
     a("--cuda", action=yes_no, default=True, help="use the GPU if there is one")
-    a("--runs-dir", type=os.path.expanduser, default="runs", help="parent folder of the run folder")
+    a("--runs-dir", type=FOLDER, default="runs", help="parent folder of the run folder")
     # environment (Procgen, Cobbe et al. 2019)
     a("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME", help="one of the 16 Procgen games")
     a("--distribution-mode", default="easy", choices=("easy", "hard"), help="the paper used hard")
@@ -100,12 +100,12 @@ def parse_args(argv=None):
     # long runs, watching and testing the agent, speed
     a("--save-model", action=yes_no, default=True, help="checkpoint every --save-interval iterations and at the end")
     a("--save-interval", type=COUNT, default=10, help="iterations between checkpoints")
-    a("--resume", metavar="RUN_DIR", type=os.path.expanduser, help="continue the run in RUN_DIR from its checkpoint")
+    a("--resume", metavar="RUN_DIR", type=FOLDER, help="continue the run in RUN_DIR from its checkpoint")
     a("--capture-video", action="store_true", help="save a GIF of one episode every --video-interval iterations")
     a("--video-interval", type=COUNT, default=50, help="iterations between videos")
     a("--eval-episodes", type=NATURAL, default=0, help="episodes per evaluation, on untrained levels (0 = off)")
     a("--eval-interval", type=COUNT, default=10, help="iterations between evaluations")
-    a("--evaluate", metavar="RUN_DIR", type=os.path.expanduser, help="evaluate RUN_DIR's agent on untrained levels")
+    a("--evaluate", metavar="RUN_DIR", type=FOLDER, help="evaluate RUN_DIR's agent on untrained levels")
     a("--micro-batch-size", type=NATURAL, help="micro-batch (same gradient); default: none on a GPU, 16 a thread >= 32")
     a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (other numerics; faster on GPUs, bf16 CPUs)")
     a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
@@ -132,6 +132,7 @@ NATURAL = checked(int, "at least 0", lambda v: v >= 0)
 NON_NEGATIVE = checked(float, "at least 0 and finite", lambda v: 0 <= v < math.inf)
 FRACTION = checked(float, "in [0, 1]", lambda v: 0 <= v <= 1)
 DECAY = checked(float, "in [0, 1)", lambda v: 0 <= v < 1)  # --clip-coef too: log(1 - epsilon)
+FOLDER = checked(os.path.expanduser, 'a folder (not "")', bool)  # --resume "$UNSET" gives ""
 
 
 # --- Batch-size invariance (Section 4) ------------------------------------------------------------

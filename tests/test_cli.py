@@ -38,6 +38,9 @@ COMMON_BAD = [
     (["--batch-divisor", "0"], "--batch-divisor"),
     (["--seed", "-1"], "--seed"),
     (["--micro-batch-size", "-1"], "--micro-batch-size"),
+    (["--resume", ""], "--resume"),  # as `--resume "$RUN"` types it when RUN is unset: no new run
+    (["--evaluate", ""], "--evaluate"),
+    (["--runs-dir", ""], "--runs-dir"),
 ]
 CASES = ([("ppo_ewma", argv, flag) for argv, flag in COMMON_BAD]
          + [(s, ["--batch-divisor", "4", "--update-epochs", "2"], "--update-epochs") for s in ("ppo", "ppo_ewma")]
