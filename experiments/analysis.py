@@ -304,7 +304,8 @@ def seed_stats(values):
 def t_cdf(x, df):
     """P(T <= x) for Student's t with df degrees of freedom. With t = sqrt(df) tan(u) the density becomes
     c cos(u)^(df - 1), c = Gamma((df + 1) / 2) / (sqrt(pi) Gamma(df / 2)), integrated here by Simpson's rule over
-    u from 0 to atan(x / sqrt(df)): a smooth integrand on a finite range (df = 1 gives the Cauchy's 1/2 + atan(x)/pi)."""
+    u from 0 to atan(x / sqrt(df)): a smooth integrand on a finite range (df = 1 gives the Cauchy's
+    1/2 + atan(x)/pi)."""
     c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
     end, n = math.atan(x / math.sqrt(df)), 1000
     f = [math.cos(end * i / n) ** (df - 1) for i in range(n + 1)]

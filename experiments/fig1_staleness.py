@@ -139,7 +139,8 @@ def make_figure(loaded, rows, args, out):
 def cpu_rows(loaded, args):
     """A row per objective, K and seed: the mean return over the last 10% of the env steps (e.g. (900k, 1M])."""
     low = (1 - args.final_frac) * args.total_timesteps
-    return [{**r["tags"], "seed": r["config"]["seed"], "final_return": analysis.window_return(r, low, args.total_timesteps),
+    return [{**r["tags"], "seed": r["config"]["seed"],
+             "final_return": analysis.window_return(r, low, args.total_timesteps),
              "run": os.path.basename(os.path.normpath(r["dir"]))} for r in loaded]
 
 
@@ -166,7 +167,8 @@ def make_cpu_figure(loaded, rows, args, out):
         runs.setdefault(run["dir"], run)
     labels = [f"K={r['tags']['staleness']} " + ("(all)" if r["tags"]["staleness"] == 0 else r["tags"]["variant"])
               + f" seed {r['config']['seed']}" for r in runs.values()]
-    print(f"Mean episodic return per 100,000 env steps\n\n{analysis.window_table(list(runs.values()), labels, 100_000)}")
+    table = analysis.window_table(list(runs.values()), labels, 100_000)
+    print(f"Mean episodic return per 100,000 env steps\n\n{table}")
     print(f"\nMean return over the last {args.final_frac:.0%} of the env steps, mean over seeds\n\n"
           + analysis.markdown_table(["objective", *[f"K = {k}" for k in ks]],
                                     [[VARIANTS[v][2], *[analysis.cell(finals[v, k]["mean"]) if (v, k) in finals else ""

@@ -73,7 +73,8 @@ CPU = {"algorithms": ["ppo", "ppo_ewma"], "envs": ["starpilot"], "tuned_seeds": 
        "num_minibatches": 8, "defaults": True, "save_model": True, "committed": sweep.COMMITTED,
        "records": [sweep.COMMITTED, sweep.GPU_RUNS], "out_dir": os.path.join(sweep.ROOT, "docs", "figures"),
        "summary_dir": sweep.DATA, "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
-       "estimate_note": "from ppo.py's pilots and ppo_ewma.py's README runs, one at a time on 2 cores (AMD EPYC, Zen 4)"}
+       "estimate_note": "from ppo.py's pilots and ppo_ewma.py's README runs, one at a time on 2 cores "
+                        "(AMD EPYC, Zen 4)"}
 TINY_CPU = {"envs": [], "candidates": ["maze", "heist", "leaper"], "games": ["leaper"], "pick": 1,
             "pilot_iterations": 2, "score_iterations": 1}
 

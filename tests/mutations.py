@@ -70,7 +70,8 @@ MUTATIONS = [
      "", ["test_learning.py"],
      "        next_first = torch.from_numpy(first).to(device)\n",
      "        next_first = torch.from_numpy(first).to(device)\n"
-     "        rollout[\"obs\"][t] = next_obs\n        rollout[\"firsts\"][t] = next_first\n"),  # the frame after the action
+     # the frame after the action
+     "        rollout[\"obs\"][t] = next_obs\n        rollout[\"firsts\"][t] = next_first\n"),
     ("advantage-sign", "pg_losses = -advantages * torch.exp(logp - logp_",
      "pg_losses = advantages * torch.exp(logp - logp_", ["test_learning.py"]),
 ]

@@ -1,6 +1,7 @@
 """`stand_in.py SCRIPT ARGS...` runs SCRIPT.py's main(ARGS) in a process of its own, as `python SCRIPT.py ARGS` does,
 for the tests about processes (signals, kills, locks, torchrun's workers). What a test needs is set in the environment:
-  STAND_IN_ENV=1    conftest's stand-in environment in place of Procgen, so that a multi-worker run is exactly repeatable
+  STAND_IN_ENV=1    conftest's stand-in environment in place of Procgen, so that a multi-worker run is exactly
+                    repeatable
   AT_ROLLOUT=N,DO   as the process begins its Nth rollout, DO: a signal's name (SIGTERM, SIGKILL) sent to itself, or
                     "hold": say so and wait there until its parent has gone (the test kills it, or its torchrun
                     launcher)

@@ -3,6 +3,7 @@ after the APPENDIX banner) is the same, to the character, in all four files."""
 import ast
 import difflib
 import functools
+import glob
 import os
 import re
 
@@ -17,8 +18,9 @@ DECOUPLING = {"docstring", "imports", "ADJUSTMENTS", "parse_args", "apply_batch_
 MAY_DIFFER = {
     ("ppo.py", "ppo_ewma.py"): DECOUPLING,  # the paper's change (Sections 2 and 4, Appendix A)
     ("ppg.py", "ppg_ewma.py"): DECOUPLING,  # the same change on PPG
+    # PPG's
     ("ppo.py", "ppg.py"): {"docstring", "ADJUSTMENTS", "parse_args", "apply_batch_size_invariance", "PolicyNetwork",
-                           "Agent", "micro_batch_loss", "update", "AuxBuffer", "aux_loss", "aux_phase", "main"},  # PPG's
+                           "Agent", "micro_batch_loss", "update", "AuxBuffer", "aux_loss", "aux_phase", "main"},
 }
 
 
@@ -120,7 +122,8 @@ def test_one_statement_a_line_within_the_width(name):
     tree = ast.parse(source)
     top = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     flags = range(top["parse_args"].lineno, top["parse_args"].end_lineno + 1)
-    wide = [n for n, line in enumerate(source.splitlines(), 1) if len(line) > (FLAG_LIST_WIDTH if n in flags else WIDTH)]
+    wide = [n for n, line in enumerate(source.splitlines(), 1)
+            if len(line) > (FLAG_LIST_WIDTH if n in flags else WIDTH)]
     assert wide == []
     packed = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assign)
               and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple)]
@@ -131,6 +134,15 @@ def test_one_statement_a_line_within_the_width(name):
         attributes = {t.attr for t in ast.walk(node) if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store)
                       and isinstance(t.value, ast.Name) and t.value.id == "self"}
         assert len(attributes) <= CLASS_ATTRIBUTES, (node.name, sorted(attributes))
+
+
+def test_the_code_around_the_scripts_stays_within_the_flag_lists_width():
+    """The experiments, the tests and docs/build.py: no line over FLAG_LIST_WIDTH characters."""
+    names = [os.path.relpath(path, ROOT) for pattern in ("docs/*.py", "experiments/**/*.py", "tests/*.py")
+             for path in glob.glob(os.path.join(ROOT, pattern), recursive=True)]
+    wide = [f"{name}:{n}" for name in names for n, line in enumerate(read(name).splitlines(), 1)
+            if len(line) > FLAG_LIST_WIDTH]
+    assert len(names) > 30 and wide == [], wide
 
 
 # What the EWMA diffs may remove (the baseline's single old policy, its title, its list of adjustments, the update's

@@ -26,7 +26,8 @@ def test_tiny_run_writes_config_and_progress(script, device, tmp_path, capsys):
     assert "imp_samp_capfrac" in columns  # the importance-weight cap is in every script (Appendix B)
     assert ({"aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"} <= columns) == (name in PPG_SCRIPTS)
     assert [int(r["global_step"]) for r in rows] == [BATCH, 2 * BATCH]
-    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "config.json", "progress.csv", "run.lock"]  # saved by default
+    # saved by default
+    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "config.json", "progress.csv", "run.lock"]
     for row in rows:
         for col in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_std", "sps"):
             assert math.isfinite(float(row[col]))
