@@ -210,12 +210,12 @@ def in_steps(rows, low, high):
     return [row for row in rows if low < row.get("global_step", np.nan) <= high]
 
 
-def last_steps(rows, frac):
-    """The rows of the last `frac` of the run's env steps (at least the last row)."""
+def last_steps(rows, frac, end=None):
+    """The rows of the last `frac` of `end` env steps (default: the run's last row's), e.g. (900k, 1M]."""
     if not rows:
         return []
-    end = rows[-1]["global_step"]
-    return in_steps(rows, (1 - frac) * end, end) or rows[-1:]
+    end = rows[-1]["global_step"] if end is None else end
+    return in_steps(rows, (1 - frac) * end, end)
 
 
 def step_windows(rows, width):
@@ -259,16 +259,16 @@ def column_swing(rows, column, width):
     return max(swings) if swings else float("nan")
 
 
-def run_diagnostics(run, frac=0.1, first_steps=100_000):
-    """What a run's progress.csv says beyond its curve: mean clipfrac and approx_kl over the run and over its
-    last `frac` of env steps, the return over its first `first_steps` env steps and its last `frac` of them
-    (with the standard error of that mean over those iterations' returns: how much the number would move with
-    other episodes of the same policy, not with another seed; nan for one iteration), the largest swing of
-    adv_std within `first_steps` env steps (column_swing), the env steps, wall-clock
-    seconds (last time_s) and env steps per second (steps / seconds, and the median of the per-iteration sps
-    column)."""
+def run_diagnostics(run, frac=0.1, first_steps=100_000, end=None):
+    """What a run's progress.csv says beyond its curve: mean clipfrac and approx_kl over the run and over the
+    last `frac` of `end` env steps (last_steps: default, the run's own), the return over its first `first_steps`
+    env steps and over that last `frac` (with the standard error of that mean over those iterations' returns: how
+    much the number would move with other episodes of the same policy, not with another seed; nan for one
+    iteration), the largest swing of adv_std within `first_steps` env steps (column_swing), the env steps,
+    wall-clock seconds (last time_s) and env steps per second (steps / seconds, and the median of the
+    per-iteration sps column)."""
     rows = run["rows"]
-    tail, last = last_steps(rows, frac), rows[-1] if rows else {}
+    tail, last = last_steps(rows, frac, end), rows[-1] if rows else {}
     steps, seconds = last.get("global_step", float("nan")), last.get("time_s", float("nan"))
     sps = [row.get("sps", np.nan) for row in rows]
     sps = [v for v in sps if np.isfinite(v)]

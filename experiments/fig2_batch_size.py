@@ -208,7 +208,8 @@ def diagnostics_rows(loaded, args):
     config.json, and analysis.run_diagnostics over env steps (the first iteration after a resume left out)."""
     rows = []
     for run in table_runs([analysis.without_resumed(r) for r in loaded]):
-        config, d = run["config"], analysis.run_diagnostics(run, args.final_frac, FIRST_STEPS)
+        config = run["config"]
+        d = analysis.run_diagnostics(run, args.final_frac, FIRST_STEPS, args.total_timesteps)
         rows.append({"variant": run["tags"]["variant"], "C": run["tags"]["divisor"], "seed": config["seed"],
                      "envs": config["num_envs"], "learning_rate": config["learning_rate"],
                      "beta_prox": config.get("beta_prox", float("nan")), "adv_ewma_decay": config["adv_ewma_decay"],

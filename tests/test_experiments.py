@@ -128,6 +128,10 @@ def test_env_step_windows_by_hand(tmp_path):
     # last 30%: (210k, 300k] holds 240k 270k 300k, returns 8 9 10: mean 9, sample std 1, standard error 1 / sqrt(3)
     d = analysis.run_diagnostics(run, frac=0.3)
     assert (d["return_last"], d["return_last_sem"]) == (9, pytest.approx(1 / math.sqrt(3)))
+    # the last 10% of the 250k env steps asked for (a run's last iteration may end past them): (225k, 250k], the
+    # iteration at 240k alone, not the run's own last tenth
+    d = analysis.run_diagnostics(run, frac=0.1, end=250_000)
+    assert (d["return_last"], d["clipfrac_last"], d["global_step"]) == (8, pytest.approx(0.1), 300_000)
 
 
 def test_dedupe_keeps_the_run_that_got_furthest(tmp_path):
