@@ -343,11 +343,11 @@ def paired_test(differences):
 
 
 def dedupe(runs):
-    """One run per (env_id, exp_name, seed): the one that got furthest, then the newest."""
+    """One run per (env_id, distribution_mode, exp_name, seed): the one that got furthest, then the newest."""
     best = {}
     for run in runs:
         c = run["config"]
-        key = (c.get("env_id"), c.get("exp_name"), c.get("seed"))
+        key = (c.get("env_id"), c.get("distribution_mode"), c.get("exp_name"), c.get("seed"))
         rank = (run["rows"][-1].get("global_step", 0) if run["rows"] else 0, os.path.getmtime(run["dir"]))
         if key not in best or rank > best[key][0]:
             best[key] = (rank, run)
@@ -424,7 +424,7 @@ def episode_windows(path, width):
     """The mean return per window of `width` env steps of a log with a row per episode (global_step,
     episodic_return), e.g. CleanRL's printed episodes (data/cleanrl/): the windows of window_table."""
     with open(path) as f:
-        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
     return [column_mean(window, "episodic_return") for _, _, window in step_windows(rows, width)]
 
 

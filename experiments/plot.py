@@ -4,11 +4,13 @@
     python experiments/plot.py runs/fig4_quick -o fig4_curves.png --normalize --smooth 10
 
 Each argument is a run folder (config.json + progress.csv) or any folder containing run folders.
-Runs that share an exp_name and env_id are one curve: the mean over seeds, with a shaded spread
-(standard deviation by default, or min-max). Where progress.csv has an `eval_return` column with
+Runs that share an exp_name, env_id and distribution mode are one curve: the mean over seeds, with a
+shaded spread (standard deviation by default, or min-max); of two runs of one seed, the one that got
+further (then the newer) is drawn and the other named on stderr. Where progress.csv has an `eval_return` column with
 values, it is drawn too, dashed, in the same colour (train vs test: the generalisation gap).
 """
 import argparse
+import math
 import os
 import sys
 
@@ -38,23 +40,22 @@ def draw_group(ax, runs, x, y, colour, label, smooth_k, normalize, spread, lines
 
 
 def plot_runs(runs, out, normalize=False, smooth_k=1, spread="std", title=None):
-    """Two panels (return vs env steps, vs time); one curve per (exp_name, env_id); writes `out`.
+    """Two panels (return vs env steps, vs time); one curve per (exp_name, env_id, mode); writes `out`.
 
     Returns the labels of the curves drawn (eval curves end in ': eval')."""
-    groups = analysis.group_runs(runs, keys=("exp_name", "env_id"))
+    groups = analysis.group_runs(runs, keys=("exp_name", "env_id", "distribution_mode"))
     if normalize:
         dropped = [key for key, members in groups.items() if not all(analysis.can_normalize(r) for r in members)]
         for key in dropped:
-            mode = groups[key][0]["config"].get("distribution_mode")
-            print(f"plot.py: no normalisation constants for {key[1]} ({mode}); left out", file=sys.stderr)
+            print(f"plot.py: no normalisation constants for {key[1]} ({key[2]}); left out", file=sys.stderr)
             del groups[key]
-    several_envs = len({env for _, env in groups}) > 1
+    several_envs = len({key[1:] for key in groups}) > 1
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     drawn = []
-    for i, ((exp_name, env_id), members) in enumerate(groups.items()):
+    for i, ((exp_name, env_id, mode), members) in enumerate(groups.items()):
         colour = colours[i % len(colours)]
-        label = f"{exp_name} ({env_id})" if several_envs else exp_name
+        label = f"{exp_name} ({env_id}, {mode})" if several_envs else exp_name
         label += f", {len(members)} seed{'s' if len(members) > 1 else ''}"
         for ax, (x, _) in zip(axes, PANELS):
             shown = label if ax is axes[0] else f"_{label}"  # one legend, on the first panel ("_": left out)
@@ -89,8 +90,14 @@ def main(argv=None):
     runs = analysis.load_runs(args.paths)
     if not runs:
         p.error("no run folders (config.json + progress.csv) found under " + ", ".join(args.paths))
-    plot_runs(runs, args.out, args.normalize, args.smooth, args.spread)
-    print(f"{len(runs)} runs -> {args.out}")
+    if all(math.isnan(analysis.column_mean(run["rows"], "episodic_return")) for run in runs):
+        p.error("no episode has ended yet in " + ", ".join(run["dir"] for run in runs))
+    kept = analysis.dedupe(runs)
+    for run in runs:
+        if all(run["dir"] != k["dir"] for k in kept):
+            print(f"plot.py: left out {run['dir']}: one run a seed, the furthest (then the newest)", file=sys.stderr)
+    plot_runs(kept, args.out, args.normalize, args.smooth, args.spread)
+    print(f"{len(kept)} run{'s' if len(kept) > 1 else ''} -> {args.out}")
     return args.out
 
 

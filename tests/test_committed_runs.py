@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -319,7 +320,7 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     write_run(runs / "longer", "starpilot", ppo, 1, [0] * 12, batch=50_000,
               config={"script": "ppo.py", **today, "total_timesteps": 600_000})
     write_run(runs, "starpilot", ppo, 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today, "adam_eps": 1})
-    write_run(runs, "bigfish", ppo, 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today})
+    write_run(runs / "other_game", "bigfish", ppo, 2, [0] * 6, batch=50_000, config={"script": "ppo.py", **today})
     monkeypatch.setattr(sweep, "COMMITTED", str(runs))
     drawn, save = {}, figures.save_figure
 
@@ -343,10 +344,16 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     # smoothed over the iterations ending in the last 60,000 env steps: 2 iterations of either size here
     assert drawn["lines"]["ppo_ewma"] == pytest.approx([2, 3, 5, 7, 9, 11])
     assert drawn["lines"]["ppo"] == pytest.approx([1, 1.5, 2.5, 3.5, 4.5, 5.5, 8, 8.5, 9.5])
-    # run folders on the command line: every run there, whatever made it; a shared label becomes the folder name
+    # run folders on the command line: every run there, whatever made it, of one game (a curve averages a script's
+    # runs); a shared label becomes the folder name
+    with pytest.raises(SystemExit) as exit_info:
+        learning_curve.main([str(runs), "-o", out])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "runs of one game at a time, got bigfish (easy), starpilot (easy)" in err
+    shutil.rmtree(runs / "other_game")
     learning_curve.main([str(runs), "-o", out])
     header = capsys.readouterr().out.split("\n")[2]
-    assert header.count("|") == 8 and f"starpilot__{ppo}__1__1001" in header and "fig2__ppo_ewma__div1" in header
+    assert header.count("|") == 7 and f"starpilot__{ppo}__1__1001" in header and "fig2__ppo_ewma__div1" in header
     # without -o, run folders draw curves.png here, never the README's committed figure
     monkeypatch.chdir(tmp_path)
     assert learning_curve.main([str(runs)]) == "curves.png" and os.path.getsize(tmp_path / "curves.png") > 0

@@ -5,6 +5,7 @@ import csv
 import math
 import os
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -109,9 +110,10 @@ def test_env_step_windows_by_hand(tmp_path):
     short = analysis.load_run(write_run(tmp_path / "short", "starpilot", "b", 1, [None, None, 3], batch=50_000))
     assert analysis.window_table([run, short], ["a", "b"], 100_000).splitlines()[2:] == [
         "| (0, 100k] | 2.00 | - |", "| (100k, 200k] | 5.00 | 3.00 |", "| (200k, 300k] | 9.00 | - |"]
-    # a per-episode log (CleanRL's) beside them: episodes ending at 50k and 100k, at 150k, at 250k and 300k
+    # a per-episode log (CleanRL's) beside them: episodes ending at 50k and 100k, at 150k, at 250k and 300k; an
+    # empty cell (a progress.csv given as one: an iteration without an episode) is no episode
     log = tmp_path / "episodes.csv"
-    log.write_text("global_step,episodic_return\n50000,1.0\n100000,2.0\n150000,4.0\n250000,6.0\n300000,7.0\n")
+    log.write_text("global_step,episodic_return\n50000,1.0\n70000,\n100000,2.0\n150000,4.0\n250000,6.0\n300000,7.0\n")
     assert analysis.episode_windows(log, 100_000) == [1.5, 4, 6.5]
     assert analysis.window_table([short], ["b"], 100_000, {"log": [1.5, 4]}).splitlines()[2:] == [
         "| (0, 100k] | - | 1.50 |", "| (100k, 200k] | 3.00 | 4.00 |"]  # a reference ends where the runs do
@@ -177,6 +179,34 @@ def test_plot_draws_png_with_seed_groups_and_eval_curve(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         plot.main([str(tmp_path / "out"), "-o", str(tmp_path / "c.png")])
     assert exit_info.value.code == 2 and "no run folders" in capsys.readouterr().err
+
+
+def test_plot_names_the_run_it_leaves_out_keeps_modes_apart_and_refuses_a_run_without_episodes(tmp_path, capsys):
+    plot = load_experiment("plot")
+    short = write_run(tmp_path / "a", "starpilot", "ppo", 1, [1, 2])  # a first short run, then the same seed longer
+    write_run(tmp_path / "b", "starpilot", "ppo", 1, [1, 2, 3, 4])
+    hard = write_run(tmp_path / "c", "starpilot", "ppo", 1, [0, 1, 1, 2], mode="hard")
+    assert plot.main([str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "ab.png")])
+    out, err = capsys.readouterr()
+    assert out.startswith("1 run -> ")
+    assert err == f"plot.py: left out {short}: one run a seed, the furthest (then the newest)\n"
+    labels = plot.plot_runs(analysis.load_runs([str(tmp_path / "b"), hard]), str(tmp_path / "bc.png"))
+    assert labels == ["ppo (starpilot, easy), 1 seed", "ppo (starpilot, hard), 1 seed"]  # one seed of each, not 2
+    empty = write_run(tmp_path / "d", "starpilot", "ppo", 1, [None, None])
+    with pytest.raises(SystemExit) as exit_info:
+        plot.main([empty, "-o", str(tmp_path / "d.png")])
+    assert exit_info.value.code == 2 and "no episode has ended yet in" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "d.png")
+
+
+# --- bench_speed.py ---------------------------------------------------------------------------------------
+def test_bench_speed_refuses_a_count_below_1_in_one_line():
+    """--repeats 0 or --iterations 0 would time nothing and fail on the empty medians (an IndexError)."""
+    for flag in ("--repeats", "--iterations"):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "tools", "bench_speed.py"), flag, "0"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+            "bench_speed.py: error: --num-envs, --num-steps, --iterations and --repeats must be at least 1")
 
 
 # --- adam_state.py --------------------------------------------------------------------------------------

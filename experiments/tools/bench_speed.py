@@ -347,6 +347,8 @@ def main():
     if sys.argv[1:2] == ["--child"]:
         return child_main(sys.argv[2], sys.argv[3:])
     args = p.parse_args()
+    if min(args.num_envs, args.num_steps, args.iterations, args.repeats) < 1:
+        p.error("--num-envs, --num-steps, --iterations and --repeats must be at least 1")
     if args.warmup < 1 and not (args.pieces or args.micro_sweep):
         p.error("--warmup must be at least 1: the first iteration counts the FLOPs (the counter slows it)")
     micro_sweep_mode(args) if args.micro_sweep else pieces_mode(args) if args.pieces else runs_mode(args)

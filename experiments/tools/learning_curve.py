@@ -16,8 +16,9 @@ run that measured the official code's weights in PPG (ppg_init_normed); and it s
 beside them: its PPO (two runs on a GPU, analysis.CLEANRL_STARPILOT_1M, and its own script run on this CPU,
 data/cleanrl/) and its PPG (ppg_procgen.py's runs in data/cleanrl/ppg/). --train trains the runs that data/runs
 lacks, one at a time (a cut run resumes from its checkpoint), and commits each there.
-With RUN_DIRs (run folders, or folders holding them) it takes every run there, and no CleanRL reference but those
-given with --reference (a CSV with a row per episode, global_step and episodic_return, as in data/cleanrl/).
+With RUN_DIRs (run folders, or folders holding them) it takes every run there, of one game and mode (a curve
+averages a script's runs), and no CleanRL reference but those given with --reference (a CSV with a row per
+episode, global_step and episodic_return, as in data/cleanrl/).
 
 In the runs of analysis.RESUMED, resumed from checkpoints that did not hold the games' state, the first iteration
 after the resume played fresh levels (shorter episodes, lower returns): it is left out of the curves and tables.
@@ -173,6 +174,9 @@ def main(argv=None):
         p.error("no runs with progress found under " + (", ".join(args.paths) if args.paths else
                 f"{sweep.COMMITTED}: the README's runs with --total-timesteps {args.total_timesteps} "
                 "(--train trains them)"))
+    games = sorted({f"{r['config'].get('env_id')} ({r['config'].get('distribution_mode')})" for r in runs})
+    if len(games) > 1:  # a curve averages a script's runs: of one game
+        p.error(f"runs of one game at a time, got {', '.join(games)} (experiments/plot.py draws a curve each)")
     draw(runs, args.out, args.smooth_steps, references, args.window)
     print(tables(runs, args.window, references))
     print(f"\nfigure {args.out}")
