@@ -635,7 +635,9 @@ def resume_args(p, argv, args):
 
 def resume_command(run_dir, world_size):
     """The command that resumes the run, from any folder, with its workers (on one node)."""
-    launcher = "python" if world_size == 1 else f"torchrun --nproc-per-node {world_size}"
+    # torchrun's own 30 s to save after Ctrl-C: under a CPU iteration
+    torchrun = f"torchrun --shutdown-timeout 600 --nproc-per-node {world_size}"
+    launcher = "python" if world_size == 1 else torchrun
     script = shlex.quote(os.path.abspath(__file__))
     return f"{launcher} {script} --resume {shlex.quote(os.path.abspath(run_dir))}"
 
@@ -852,7 +854,7 @@ COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "epis
            "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std",
            "imp_samp_capfrac", "eval_return", "eval_length",
            "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG's
-SIGNALLED = []  # SIGINT (Ctrl-C), SIGTERM or SIGHUP received: the run stops after this iteration
+SIGNALLED = []  # the signal received (open_run's): the run stops after this iteration
 HANDLERS = {}  # the handlers that on_signal replaced, put back when the run ends
 
 

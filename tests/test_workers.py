@@ -90,5 +90,6 @@ def test_resume_with_another_number_of_workers_is_refused(finished_ppo, monkeypa
 
 def test_the_resume_command_of_a_multi_worker_run_is_torchrun():
     ppo = load("ppo")
-    assert ppo.resume_command("runs/x", 2) == f"torchrun --nproc-per-node 2 {os.path.join(ROOT, 'ppo.py')} --resume " \
-                                             f"{os.path.abspath('runs/x')}"
+    # with time to finish an iteration and save on Ctrl-C (torchrun's own 30 s is less than one on a CPU)
+    assert ppo.resume_command("runs/x", 2) == (f"torchrun --shutdown-timeout 600 --nproc-per-node 2 "
+                                               f"{os.path.join(ROOT, 'ppo.py')} --resume {os.path.abspath('runs/x')}")
