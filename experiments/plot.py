@@ -87,7 +87,7 @@ def main(argv=None):
     missing = [path for path in args.paths if not os.path.isdir(path)]
     if missing:
         p.error(f"not a folder: {', '.join(missing)}")
-    runs = analysis.load_runs(args.paths)
+    runs = [analysis.without_resumed(run) for run in analysis.load_runs(args.paths)]  # as every figure
     if not runs:
         p.error("no run folders (config.json + progress.csv) found under " + ", ".join(args.paths))
     if all(math.isnan(analysis.column_mean(run["rows"], "episodic_return")) for run in runs):

@@ -181,7 +181,8 @@ def test_plot_draws_png_with_seed_groups_and_eval_curve(tmp_path, capsys):
     assert exit_info.value.code == 2 and "no run folders" in capsys.readouterr().err
 
 
-def test_plot_names_the_run_it_leaves_out_keeps_modes_apart_and_refuses_a_run_without_episodes(tmp_path, capsys):
+def test_plot_names_the_run_it_leaves_out_keeps_modes_apart_and_refuses_a_run_without_episodes(tmp_path, capsys,
+                                                                                              monkeypatch):
     plot = load_experiment("plot")
     short = write_run(tmp_path / "a", "starpilot", "ppo", 1, [1, 2])  # a first short run, then the same seed longer
     write_run(tmp_path / "b", "starpilot", "ppo", 1, [1, 2, 3, 4])
@@ -197,6 +198,12 @@ def test_plot_names_the_run_it_leaves_out_keeps_modes_apart_and_refuses_a_run_wi
         plot.main([empty, "-o", str(tmp_path / "d.png")])
     assert exit_info.value.code == 2 and "no episode has ended yet in" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "d.png")
+    # a run of analysis.RESUMED is drawn without the first iteration after its resume, as in every figure
+    drawn = []
+    monkeypatch.setitem(analysis.RESUMED, os.path.basename(short), (2,))
+    monkeypatch.setattr(plot, "plot_runs", lambda runs, *rest: drawn.extend(runs))
+    plot.main([short, "-o", str(tmp_path / "a.png")])
+    assert [row["iteration"] for row in drawn[0]["rows"]] == [1]
 
 
 # --- bench_speed.py ---------------------------------------------------------------------------------------
