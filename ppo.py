@@ -854,7 +854,7 @@ COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "epis
            "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std",
            "imp_samp_capfrac", "eval_return", "eval_length",
            "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG's
-SIGNALLED = []  # the signal received (open_run's): the run stops after this iteration
+SIGNALLED = []  # Ctrl-C, SIGTERM, SIGHUP: the run stops after this iteration
 HANDLERS = {}  # the handlers that on_signal replaced, put back when the run ends
 
 

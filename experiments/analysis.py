@@ -354,8 +354,8 @@ def dedupe(runs):
     return [run for _, run in best.values()]
 
 
-def group_runs(runs, keys=("exp_name", "env_id")):
-    """{(config[k] for k in keys): [runs, one per seed]}, in order of first appearance."""
+def group_runs(runs, keys=("exp_name", "env_id", "distribution_mode")):
+    """{(config[k] for k in keys): [runs, one per seed (dedupe)]}, in order of first appearance."""
     groups = {}
     for run in dedupe(runs):
         groups.setdefault(tuple(run["config"].get(k) for k in keys), []).append(run)

@@ -42,10 +42,11 @@ C = 1 and C = 16. Output, drawn from data/runs alone: docs/figures/fig2_cpu.png 
 steps at C = 1, 4, 16; (b) C = 16 with each ablation, against C = 16 and C = 1; every curve smoothed over
 --smooth-steps env steps), printed beside it the mean return per --smooth-steps window of each run, and
 data/fig2_cpu_diagnostics.csv (--summary-dir), also printed as Markdown: per run the adjusted learning_rate, beta_prox
-and adv_ewma_decay, mean clipfrac and approx_kl over the run and over its last 10% of env steps, the return
-over its first 100k and its last 10% of env steps (with the standard error of that mean over its
-iterations), the largest max/min of the advantage normalisation's std within 100k env steps (the paper
-finds dropping the adv adjustment hurts once that reaches about 10, App. F.2), and its wall time.
+and adv_ewma_decay, mean clipfrac and approx_kl over the run and over the last 10% of --total-timesteps
+((900k, 1M]), the return over its first 100k env steps and over that last 10% (with the standard error of
+that mean over its iterations), the largest max/min of the advantage normalisation's std within 100k env
+steps (the paper finds dropping the adv adjustment hurts once that reaches about 10, App. F.2), and its wall
+time.
 
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.

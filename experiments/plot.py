@@ -43,7 +43,7 @@ def plot_runs(runs, out, normalize=False, smooth_k=1, spread="std", title=None):
     """Two panels (return vs env steps, vs time); one curve per (exp_name, env_id, mode); writes `out`.
 
     Returns the labels of the curves drawn (eval curves end in ': eval')."""
-    groups = analysis.group_runs(runs, keys=("exp_name", "env_id", "distribution_mode"))
+    groups = analysis.group_runs(runs)
     if normalize:
         dropped = [key for key, members in groups.items() if not all(analysis.can_normalize(r) for r in members)]
         for key in dropped:
@@ -95,7 +95,8 @@ def main(argv=None):
     kept = analysis.dedupe(runs)
     for run in runs:
         if all(run["dir"] != k["dir"] for k in kept):
-            print(f"plot.py: left out {run['dir']}: one run a seed, the furthest (then the newest)", file=sys.stderr)
+            print(f"plot.py: left out {run['dir']}: one run per seed in a curve, the furthest (then the newest)",
+                  file=sys.stderr)
     plot_runs(kept, args.out, args.normalize, args.smooth, args.spread)
     print(f"{len(kept)} run{'s' if len(kept) > 1 else ''} -> {args.out}")
     return args.out

@@ -349,7 +349,8 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit) as exit_info:
         learning_curve.main([str(runs), "-o", out])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "runs of one game at a time, got bigfish (easy), starpilot (easy)" in err
+    assert exit_info.value.code == 2
+    assert "runs of one game and mode at a time, got bigfish (easy), starpilot (easy)" in err
     shutil.rmtree(runs / "other_game")
     learning_curve.main([str(runs), "-o", out])
     header = capsys.readouterr().out.split("\n")[2]

@@ -57,9 +57,9 @@ def test_grouping_and_mean_over_seeds_by_hand(tmp_path):
     runs = analysis.load_runs([str(tmp_path)])
     assert len(runs) == 5
     groups = analysis.group_runs(runs)
-    assert set(groups) == {("a", "starpilot"), ("b", "starpilot"), ("a", "bigfish")}
-    assert [r["config"]["seed"] for r in groups[("a", "starpilot")]] == [1, 2, 3]
-    stats = analysis.mean_curve([analysis.curve(r) for r in groups[("a", "starpilot")]])
+    assert set(groups) == {("a", "starpilot", "easy"), ("b", "starpilot", "easy"), ("a", "bigfish", "easy")}
+    assert [r["config"]["seed"] for r in groups[("a", "starpilot", "easy")]] == [1, 2, 3]
+    stats = analysis.mean_curve([analysis.curve(r) for r in groups[("a", "starpilot", "easy")]])
     np.testing.assert_allclose(stats["x"], [128, 256, 384, 512])
     np.testing.assert_allclose(stats["mean"], [(1 + 3 + 2) / 3, (2 + 6 + 3) / 3, (3 + 5 + 4) / 3, (4 + 8 + 6) / 3])
     np.testing.assert_allclose(stats["std"][0], np.std([1, 3, 2]))
@@ -70,7 +70,7 @@ def test_grouping_and_mean_over_seeds_by_hand(tmp_path):
 def test_mean_curve_interpolates_runs_with_gaps(tmp_path):
     write_run(tmp_path, "starpilot", "a", 1, [1, None, 3, 5])
     write_run(tmp_path, "starpilot", "a", 2, [3, 4, None, 7])
-    runs = analysis.group_runs(analysis.load_runs(str(tmp_path)))[("a", "starpilot")]
+    runs = analysis.group_runs(analysis.load_runs(str(tmp_path)))[("a", "starpilot", "easy")]
     stats = analysis.mean_curve([analysis.curve(r) for r in runs], points=4)
     np.testing.assert_allclose(stats["x"], [128, 256, 384, 512])
     # seed 1 at 256 interpolates (128, 1)-(384, 3) to 2; seed 2 at 384 interpolates (256, 4)-(512, 7) to 5.5
@@ -140,7 +140,7 @@ def test_dedupe_keeps_the_run_that_got_furthest(tmp_path):
     write_run(tmp_path / "x", "starpilot", "a", 1, [1, 2])
     write_run(tmp_path / "y", "starpilot", "a", 1, [1, 2, 3, 4])
     groups = analysis.group_runs(analysis.load_runs(str(tmp_path)))
-    assert len(groups[("a", "starpilot")]) == 1 and len(groups[("a", "starpilot")][0]["rows"]) == 4
+    assert len(groups[("a", "starpilot", "easy")]) == 1 and len(groups[("a", "starpilot", "easy")][0]["rows"]) == 4
 
 
 def test_final_returns_averaged_over_envs_then_seeds_by_hand(tmp_path):
@@ -190,7 +190,7 @@ def test_plot_names_the_run_it_leaves_out_keeps_modes_apart_and_refuses_a_run_wi
     assert plot.main([str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "ab.png")])
     out, err = capsys.readouterr()
     assert out.startswith("1 run -> ")
-    assert err == f"plot.py: left out {short}: one run a seed, the furthest (then the newest)\n"
+    assert err == f"plot.py: left out {short}: one run per seed in a curve, the furthest (then the newest)\n"
     labels = plot.plot_runs(analysis.load_runs([str(tmp_path / "b"), hard]), str(tmp_path / "bc.png"))
     assert labels == ["ppo (starpilot, easy), 1 seed", "ppo (starpilot, hard), 1 seed"]  # one seed of each, not 2
     empty = write_run(tmp_path / "d", "starpilot", "ppo", 1, [None, None])

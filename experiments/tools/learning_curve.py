@@ -176,7 +176,7 @@ def main(argv=None):
                 "(--train trains them)"))
     games = sorted({f"{r['config'].get('env_id')} ({r['config'].get('distribution_mode')})" for r in runs})
     if len(games) > 1:  # a curve averages a script's runs: of one game
-        p.error(f"runs of one game at a time, got {', '.join(games)} (experiments/plot.py draws a curve each)")
+        p.error(f"runs of one game and mode at a time, got {', '.join(games)} (experiments/plot.py draws a curve each)")
     draw(runs, args.out, args.smooth_steps, references, args.window)
     print(tables(runs, args.window, references))
     print(f"\nfigure {args.out}")
