@@ -6,8 +6,9 @@
 Each argument is a run folder (config.json + progress.csv) or any folder containing run folders.
 Runs that share an exp_name, env_id and distribution mode are one curve: the mean over seeds, with a
 shaded spread (standard deviation by default, or min-max); of two runs of one seed, the one that got
-further (then the newer) is drawn and the other named on stderr. Where progress.csv has an `eval_return` column with
-values, it is drawn too, dashed, in the same colour (train vs test: the generalisation gap).
+further (then the newer) is drawn and the other named on stderr. Where progress.csv has an
+`eval_return` column with values, it is drawn too, dashed, in the same colour (train vs test: the
+generalisation gap).
 """
 import argparse
 import math
