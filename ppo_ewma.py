@@ -106,7 +106,7 @@ def parse_args(argv=None):
     a("--eval-episodes", type=NATURAL, default=0, help="episodes per evaluation, on untrained levels (0 = off)")
     a("--eval-interval", type=COUNT, default=10, help="iterations between evaluations")
     a("--evaluate", metavar="RUN_DIR", type=FOLDER, help="evaluate RUN_DIR's agent on untrained levels")
-    a("--micro-batch-size", type=NATURAL, help="micro-batch (same gradient); default: none on a GPU, 16 a thread >= 32")
+    a("--micro-batch-size", type=NATURAL, help="micro-batch (same gradient); None: off on a GPU, max(32, 16 a thread)")
     a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (other numerics; faster on GPUs, bf16 CPUs)")
     a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
     args = p.parse_args(argv)
@@ -306,7 +306,7 @@ class EWMA(nn.Module):
 
     @torch.no_grad()
     def update(self, net):
-        """theta_prox <- theta / w_new + beta_prox (w / w_new) theta_prox, by one lerp a tensor."""
+        """theta_prox <- theta / w_new + beta_prox (w / w_new) theta_prox, one lerp per tensor."""
         w_new = 1 + self.beta_prox * self.w
         for prox, theta in zip(self.net.parameters(), net.parameters()):
             prox.lerp_(theta, float(1 / w_new))
@@ -448,8 +448,8 @@ def make_batch(rollout, agent, adv_moments, args):
 def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, imp_samp_max):
     """Section 2, in log space: (pi_prox/pi_behav) min(r A, clip(r, 1-eps, 1+eps) A) with
     r = pi_theta/pi_prox, and/or (pi_theta/pi_behav) A - beta KL[prox, theta]; prox = behav: PPO.
-    The importance weight is capped at imp_samp_max (Appendix B; 0 = no cap), in value only:
-    gradients still flow through logp. Meant for stale data (Section 5.1)."""
+    The importance weight is capped at imp_samp_max (Appendix B; 0 = no cap) by raising its
+    denominator: a capped weight's gradient is then imp_samp_max grad log pi_theta, not 0."""
     log_cap = (logp.detach() - math.log(imp_samp_max) if imp_samp_max
                else torch.full_like(logp, -math.inf))
     capped = logp_behav < log_cap
@@ -462,7 +462,7 @@ def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, 
         # = log[(pi_prox/pi_behav_capped) clip(r, 1-eps, 1+eps)]
         log_weight = clipped + logp_prox - logp_behav_capped
         pg_losses = torch.maximum(pg_losses, -advantages * torch.exp(log_weight))
-    # KL[prox, theta] by the sampled estimate 0.5 * (log r)^2, as the official code
+    # KL[prox, theta] as the official code: 0.5 * (log r)^2 at behav's actions
     kl = 0.5 * logratio.pow(2)
     with torch.no_grad():
         outside = (logratio < math.log(1 - clip_coef)) | (logratio > math.log(1 + clip_coef))
@@ -654,8 +654,8 @@ def resume_args(p, argv, args):
     refused = [k for k in typed if k.removeprefix("no_") not in FREE]  # --no-cuda is --cuda's
     if refused:
         free = ", ".join("--" + k.replace("_", "-") for k in FREE)
-        p.error(f"argument --{refused[0].replace('_', '-')}: a resumed run keeps its configuration "
-                f"(only {free} may be given)")
+        p.error(f"argument --{refused[0].replace('_', '-')}: --{flag} keeps the run's "
+                f"configuration (only {free} may be given)")
     kept = {k: v for k, v in config.items() if k not in ("micro_batch_size", "resume", "evaluate")}
     p.set_defaults(**kept)
     args = p.parse_args(argv)

@@ -68,10 +68,10 @@ def folder_digest(folder):
 
 
 RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the message must contain)
-    # a resumed run keeps its configuration: a flag that is not one a resume may change is refused, even with the
+    # --resume keeps the run's configuration: a flag that is not one a resume may change is refused, even with the
     # run's own value, and so is a flag typed in part
     ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--gamma", "0.9"], "--gamma",
-     "a resumed run keeps its configuration"),
+     "--resume keeps the run's configuration"),
     ("ppo_ewma", ["--resume", "RUN", "--gamma", "0.999"], "--gamma", "only --total-timesteps, --cuda"),
     ("ppo_ewma", ["--resume", "RUN", "--total-time", str(4 * BATCH)], "--total-time", "unrecognized arguments"),
     ("ppo", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH)], "--resume",
@@ -79,7 +79,7 @@ RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the mes
     ("ppg", ["--evaluate", "RUN"], "--evaluate", "is a run of ppo_ewma.py, with no beta_clone: not of this ppg.py"),
     ("ppo_ewma", ["--resume", "RUN/nowhere"], "--resume", "no checkpoint.pt in"),
     ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--bf16"], "--bf16",
-     "a resumed run keeps its configuration"),
+     "--resume keeps the run's configuration"),
     # a resume checks the flags it may change as a new run does, and never shortens the run
     ("ppo_ewma", ["--resume", "RUN", "--save-interval", "0"], "--save-interval", "must be at least 1"),
     ("ppo_ewma", ["--resume", "RUN", "--eval-interval", "0"], "--eval-interval", "must be at least 1"),
