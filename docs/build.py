@@ -142,6 +142,11 @@ LEADS = {("ppo.py", "ppo_ewma.py"): "The paper's change to PPO: the proximal pol
                                "networks, policy phases of N_pi iterations, and an auxiliary phase.",
          ("ppg.py", "ppg_ewma.py"): "The same change as PPO -> PPO-EWMA, applied to PPG, plus the EWMA reset at the "
                                     "start of every policy phase (Appendix A, second-to-last paragraph)."}
+# where a reader goes at the end of each pair's page
+NEXT = {("ppo.py", "ppo_ewma.py"): ("ppo_vs_ppg.md", "what Phasic Policy Gradient adds to PPO"),
+        ("ppo.py", "ppg.py"): ("ppg_vs_ppg_ewma.md", "the paper's change on PPG"),
+        ("ppg.py", "ppg_ewma.py"): ("README.md#6-around-the-algorithm-long-runs-many-workers-watching-the-agent",
+                                  "the machinery the four scripts share, in the reading guide's §6")}
 
 
 def side_by_side(a, b, notes):
@@ -186,7 +191,8 @@ def side_by_side(a, b, notes):
     return PAGE.format(title=title, lead=LEADS[(a, b)], md=md, a=a, b=b, rows="\n".join(rows))
 
 
-MARKDOWN_LEAD = """{lead} Below, every hunk of the diff in file order, each followed by its explanation; every line not
+MARKDOWN_LEAD = """{lead} New to the paper? [§1 of the reading guide](README.md#1-the-problem-the-paper-solves)
+states its problem first. Below, every hunk of the diff in file order, each followed by its explanation; every line not
 shown is the same in both files, the appendix among them (from the `APPENDIX` banner to the end, the same in all four
 scripts).
 
@@ -204,6 +210,8 @@ def markdown_page(a, b, notes):
     out = [f"# `{a}` -> `{b}`\n\n" + "\n\n".join(paragraphs) + "\n"]
     for k, (_, text) in enumerate(hunks(a, b), 1):
         out.append(f"## Hunk {k}\n\n```diff\n{text}\n```\n\n{notes.get(k, '(no explanation yet)')}\n")
+    target, what = NEXT[(a, b)]
+    out.append(f"---\n\nNext: [{what}]({target}).\n")
     return "\n".join(out)
 
 
