@@ -71,7 +71,9 @@ def plot_runs(runs, out, normalize=False, smooth_k=1, spread="std", title=None):
     for ax, (_, xlabel) in zip(axes, PANELS):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel + (f" (smoothed over {smooth_k} iterations)" if smooth_k > 1 else ""))
-    fig.suptitle(title or f"mean over seeds, shaded: {'min-max' if spread == 'minmax' else '+- 1 std'}")
+    shaded = "min-max" if spread == "minmax" else "+- 1 std"
+    several = any(len(members) > 1 for members in groups.values())
+    fig.suptitle(title or (f"mean over seeds, shaded: {shaded}" if several else "one seed a curve"))
     figures.save_figure(fig, out)
     return drawn
 

@@ -161,7 +161,7 @@ def test_final_returns_averaged_over_envs_then_seeds_by_hand(tmp_path):
 
 
 # --- plot.py --------------------------------------------------------------------------------------------
-def test_plot_draws_png_with_seed_groups_and_eval_curve(tmp_path, capsys):
+def test_plot_draws_png_with_seed_groups_and_eval_curve(tmp_path, capsys, monkeypatch):
     plot = load_experiment("plot")
     runs_dir = tmp_path / "runs"
     a1 = write_run(runs_dir, "starpilot", "ppo", 1, [1, 2, None, 4, 5])
@@ -176,6 +176,12 @@ def test_plot_draws_png_with_seed_groups_and_eval_curve(tmp_path, capsys):
     labels = plot.plot_runs(analysis.load_runs([a1, a2, str(runs_dir)]), str(tmp_path / "b.png"), spread="minmax")
     assert labels == ["ppo, 2 seeds", "ppo_ewma, 1 seed", "ppo_ewma, 1 seed: eval"]
     assert os.path.getsize(tmp_path / "b.png") > 0
+    # the title names the shading only where a curve has seeds to shade between
+    titles = []
+    monkeypatch.setattr(plot.figures, "save_figure", lambda fig, out: titles.append(fig.get_suptitle()))
+    plot.plot_runs(analysis.load_runs([a1, a2]), "unused.png", spread="minmax")
+    plot.plot_runs(analysis.load_runs([a1]), "unused.png")
+    assert titles == ["mean over seeds, shaded: min-max", "one seed a curve"]
     with pytest.raises(SystemExit) as exit_info:
         plot.main([str(tmp_path / "out"), "-o", str(tmp_path / "c.png")])
     assert exit_info.value.code == 2 and "no run folders" in capsys.readouterr().err
