@@ -62,7 +62,7 @@ def parse_args(argv=None):
     a("--cuda", action=yes_no, default=True, help="use the GPU if there is one")
     a("--runs-dir", type=FOLDER, default="runs", help="parent folder of the run folder")
     # environment (Procgen, Cobbe et al. 2019)
-    a("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME", help="one of the 16 Procgen games")
+    a("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME", help="a Procgen game: %(choices)s")
     a("--distribution-mode", default="easy", choices=("easy", "hard"), help="the paper used hard")
     a("--num-levels", type=NATURAL, default=0, help="number of training levels (0 = unlimited)")
     a("--start-level", type=NATURAL, default=0, help="first training level")

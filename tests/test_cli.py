@@ -132,7 +132,9 @@ def test_help_explains_every_flag_and_shows_its_default(script, capsys):
     with pytest.raises(SystemExit) as exit_info:
         script.parse_args(["--help"])
     assert exit_info.value.code == 0
-    entries = re.split(r"\n  (?=-)", capsys.readouterr().out.split("options:")[1])  # "--flag METAVAR  help..."
+    out = capsys.readouterr().out
+    assert ", ".join(script.PROCGEN_GAMES) in " ".join(out.split())  # the games, before a misspelled one is refused
+    entries = re.split(r"\n  (?=-)", out.split("options:")[1])  # "--flag METAVAR  help..."
     helped = {entry.split()[0].rstrip(",") for entry in entries if "(default:" in " ".join(entry.split())}
     flags = {"--" + dest.replace("_", "-") for dest in vars(script.parse_args([]))}
     flags -= {"--adam-betas", "--aux-minibatch-trajs", "--aux-learning-rate"}  # set by Section 4's adjustments
