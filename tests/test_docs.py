@@ -36,6 +36,8 @@ def test_side_by_side_page_shows_both_files_and_every_note(a, b):
     assert "<script" not in page  # static: no JavaScript
     for k in notes:
         assert f"<strong>Hunk {k}.</strong>" in page
+    for target in re.findall(r'href="([^"#]+)', page):  # the guide, the Markdown page, the next page
+        assert os.path.exists(os.path.join(ROOT, "docs", target)), target
 
 
 @pytest.mark.parametrize("a,b", build.PAIRS)
