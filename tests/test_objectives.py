@@ -36,14 +36,17 @@ def test_ppo_loss_matches_clipped_objective_by_hand():
 
 @pytest.mark.parametrize("name", ["ppo_ewma", "ppg_ewma"])
 @pytest.mark.parametrize("clip_coef,kl_penalty", [(0.2, 0.0), (0.0, 0.7), (0.2, 0.7)])
-def test_decoupled_equals_ppo_when_prox_is_behav(name, clip_coef, kl_penalty):
-    """Section 2's sanity check: with prox = behav the decoupled loss is PPO's, in value and gradient."""
+@pytest.mark.parametrize("imp_samp_max", [100.0, 1.3])  # no weight capped; 13 of the 64 capped
+def test_decoupled_equals_ppo_when_prox_is_behav(name, clip_coef, kl_penalty, imp_samp_max):
+    """Section 2's sanity check: with prox = behav the decoupled loss is PPO's, in value and gradient, cap included."""
     ppo, ewma = load("ppo"), load(name)
     logp, _, logp_behav, adv = sample(spread=0.5)
-    l0, g0, d0 = loss_and_grad(ppo.policy_loss, logp, logp_behav, adv, clip_coef, kl_penalty, 100.0)
-    l1, g1, d1 = loss_and_grad(ewma.policy_loss, logp, logp_behav, logp_behav, adv, clip_coef, kl_penalty, 100.0)
+    l0, g0, d0 = loss_and_grad(ppo.policy_loss, logp, logp_behav, adv, clip_coef, kl_penalty, imp_samp_max)
+    l1, g1, d1 = loss_and_grad(ewma.policy_loss, logp, logp_behav, logp_behav, adv, clip_coef, kl_penalty,
+                               imp_samp_max)
     assert torch.equal(l0, l1) and torch.equal(g0, g1)
-    assert torch.equal(d0["clipfrac"], d1["clipfrac"]) and d1["imp_samp_capfrac"] == d0["imp_samp_capfrac"] == 0
+    assert torch.equal(d0["clipfrac"], d1["clipfrac"]) and d1["imp_samp_capfrac"] == d0["imp_samp_capfrac"]
+    assert (d0["imp_samp_capfrac"] > 0) == (imp_samp_max < 100)
 
 
 def test_decoupled_clipped_objective_by_hand():
