@@ -78,7 +78,7 @@ def parse_args(argv=None):
     p.add_argument("--staleness-values", nargs="+", type=int, metavar="K",
                    help="staleness K in iterations (paper: 0 1 2 4 8 16)")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="objectives (default: all three)")
-    p.add_argument("--cpu", action="store_true", help="the CPU preset described above")
+    p.add_argument("--cpu", action="store_true", help="the CPU preset described below")
     return sweep.parse_sweep_args(p, argv, PAPER, QUICK, tiny={"staleness_values": [0, 2]}, cpu=CPU)  # 4 iterations
 
 

@@ -98,7 +98,7 @@ def parse_args(argv=None):
     p.add_argument("--smooth-steps", type=int, metavar="STEPS",
                    help="learning curves: moving average over this many env steps at every C (default: --smooth "
                         "iterations at C = 1; --cpu: 100000)")
-    p.add_argument("--cpu", action="store_true", help="the 1M-step PPO-EWMA preset described above")
+    p.add_argument("--cpu", action="store_true", help="the 1M-step PPO-EWMA preset described below")
     sweep.add_ppg_flags(p)
     args = sweep.parse_sweep_args(p, argv, PAPER, QUICK, tiny={"divisors": [1, 4]}, cpu=CPU)  # tiny: 4 envs
     if args.ablation_divisors is None:  # --quick, --cpu: only at the largest divisor

@@ -43,8 +43,8 @@ the mean of d, its standard error and its two-sided 95% interval (Student's t, n
 seeds. The sign test (the positive d among the non-zero ones, two-sided, against 1/2) is printed beside it, as the
 paper's "all of the last 8" counts signs; it decides nothing.
 
-Resumable: finished runs (exp_name fig4__<script>, matching config, progress reaching --total-timesteps)
-are skipped.
+Resumable: finished runs (exp_name fig4__<script>; with --cpu <script>, or the README's names on StarPilot;
+matching config, progress reaching --total-timesteps) are skipped.
 """
 import argparse
 import os
@@ -82,7 +82,7 @@ TINY_CPU = {"envs": [], "candidates": ["maze", "heist", "leaper"], "games": ["le
 def parse_args(argv=None):
     p = sweep.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
     p.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS), help="scripts to run (default: all four)")
-    p.add_argument("--cpu", action="store_true", help="the CPU preset described above")
+    p.add_argument("--cpu", action="store_true", help="the CPU preset described below")
     sweep.add_ppg_flags(p)
     args = sweep.parse_sweep_args(p, argv, PAPER, QUICK, cpu=CPU)
     if args.cpu and args.tiny:  # tests: two candidate games of 2 iterations, one picked, no StarPilot

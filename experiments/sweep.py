@@ -12,16 +12,18 @@ figure (figures.py) from the loaded runs and their summary rows (analysis.py).
 
 A run is identified by (env_id, exp_name, seed); each runner encodes the configuration in the
 exp_name (e.g. `fig1__ppo__old-recent__stale4`). A run counts as done when a folder
-`<runs-dir>/<env>__<exp-name>__<seed>__<time>/` exists whose config.json matches the flags the
-sweep would pass and whose progress.csv reaches the requested total_timesteps; done runs are never
-started again, so an interrupted sweep is continued by running the same command again. A run started
-with --save-model that stopped half-way (its folder has a checkpoint.pt) goes on from its checkpoint,
-`<script>.py --resume <folder>`, instead of starting again from scratch.
+`<runs-dir>/<env>__<exp-name>__<seed>__<time>/` exists whose config.json matches the flags the sweep
+would pass and whose progress.csv reaches the requested total_timesteps as the script rounds it up
+(whole iterations; PPG: whole phases); done runs are never started again, so an interrupted sweep is
+continued by running the same command again. A run started with --save-model that stopped half-way
+(its folder has a checkpoint.pt) goes on from its checkpoint, `<script>.py --resume <folder>`,
+instead of starting again from scratch.
 
 With --committed DIR (a preset may set it, e.g. data/runs), each run's config.json and progress.csv
 (never its checkpoint or videos) are copied to DIR/<run folder name>/ as soon as it finishes; runs
-finished there are skipped, and the figure is drawn from there alone, so the same command continues
-a sweep in a fresh checkout whose runs/ folder is empty.
+finished there are skipped, and the figure is drawn from there (and the preset's other record
+folders) alone, so the same command continues a sweep in a fresh checkout whose runs/ folder is
+empty.
 """
 import argparse
 import csv
@@ -359,7 +361,8 @@ def sweep_parser(description, epilog=""):
     a("--save-model", action="store_true", default=None,
       help="pass --save-model (the scripts' default): a run that stopped half-way goes on from its checkpoint")
     a("--committed", metavar="DIR", help="copy each finished run's config.json and progress.csv to DIR/<run folder>/, "
-                                         "skip runs finished there, and draw the figure from there alone")
+                                         "skip runs finished there, and draw the figure from there (and a preset's "
+                                         "record folders) alone")
     a("--final-frac", type=float, default=0.1,
       help="final return = mean over this last fraction of iterations (--cpu tables: of env steps)")
     a("--smooth", type=int, default=5, help="moving-average window (iterations) for the learning curves")

@@ -12,7 +12,7 @@
 #     source .gpu/setup.sh && experiments/tools/gpu_check.sh seeds 500  # both again at seeds 2 and 3, four runs at once
 #     source .gpu/setup.sh && OURS_ONLY=1 PPG="--init normed --exp-name ppg_init_normed" \
 #       experiments/tools/gpu_check.sh seeds 450                        # a probe: ppg.py with other options, seeds 2, 3
-#     source .gpu/setup.sh && experiments/tools/gpu_check.sh fig4 540   # Fig. 4 at laptop scale: pilots, pick, 8 runs
+#     source .gpu/setup.sh && experiments/tools/gpu_check.sh fig4 540   # Fig. 4, laptop scale: pilots, pick, runs 8 at once
 # The number is the seconds the check may take; each step is given what is left. Everything goes to $OUT (default
 # /tmp/gpu_check). On a CPU, at tiny sizes, to try it:
 #     CUDA=--no-cuda SIZES="--num-envs 8 --num-steps 32" PPG="--n-pi 2" experiments/tools/gpu_check.sh learn 120
@@ -99,7 +99,7 @@ if [ "$mode" = learn ]; then
   # ppo_ewma.py and ppg_ewma.py at the defaults, seed 1, side by side on the one GPU, each on half the CPU cores. A
   # SIGTERM ends each cleanly (the iteration, or PPG's aux phase, finishes; a checkpoint is saved); PPG-EWMA gets it
   # first, since its aux phase and a mid-phase checkpoint (up to 6.4 GB of frames) take longest. config.json and
-  # progress.csv are copied to $OUT every 15 s, so a cut command still brings them back; checkpoints stay there.
+  # progress.csv are copied to $OUT every 5 s, so a cut command still brings them back; checkpoints stay there.
   taskset -c $first python3 ppo_ewma.py --env-id starpilot --seed 1 --runs-dir $runs $SIZES $CUDA \
     > "$OUT/ppo_ewma.log" 2>&1 & ppo=$!
   taskset -c $second python3 ppg_ewma.py --env-id starpilot --seed 1 --runs-dir $runs $SIZES $PPG $CUDA \
