@@ -771,7 +771,6 @@ def resume_command(run_dir, world_size):
 # --- Many workers (torchrun) and the device -------------------------------------------------------
 # `torchrun --nproc-per-node W script.py ...` starts W workers of --num-envs environments each, as
 # the paper ran (4 x 64 envs); each holds the same networks and steps on the averaged gradient.
-# Without torchrun these helpers do nothing.
 LAUNCHER = os.getppid()  # a torchrun worker's launcher: if it dies (kill -9), the workers stop
 
 
@@ -831,12 +830,12 @@ def all_reduce_sum(tensor):
 
 
 def prepare_networks(learner, args):
-    """Rank 0's weights on every worker; --bf16 and --compile (static shapes: dynamic ones fail in
-    torch 2.13) for every IMPALA CNN, in place."""
+    """Rank 0's weights on every worker (not buffers: a worker's envs' returns are its own);
+    --bf16 and --compile (static shapes: dynamic ones fail in torch 2.13) for every IMPALA CNN."""
     nets = [m for m in learner.values() if isinstance(m, nn.Module)]
     if dist.is_initialized():
         for net in nets:
-            for tensor in net.state_dict().values():
+            for tensor in net.parameters():
                 dist.broadcast(tensor, 0)
     for cnn in [m for net in nets for m in net.modules() if isinstance(m, ImpalaCNN)]:
         cnn.bf16 = args.bf16

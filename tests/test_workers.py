@@ -1,5 +1,6 @@
 """Many workers (CPU, gloo, 2 processes): statistics over all workers' data, and resume with the workers a run had.
 A whole 2-worker run under torchrun: test_checkpoint.py's two-worker resume."""
+import argparse
 import os
 
 import pytest
@@ -36,6 +37,12 @@ def _worker(rank, result_dir):
     norm = ppo.RewardNormalizer(3)
     out["rewards"] = [norm(*reward_data(rank, rollout)) for rollout in range(2)]
     out["var"], out["mean"] = norm.var, norm.mean
+    # prepare_networks with each worker's own initialisation and its own envs' discounted returns (worker 1's rewards
+    # are not worker 0's), as a new run or a resume hands them over
+    torch.manual_seed(rank)
+    agent, ret = ppo.Agent(ppo.NUM_ACTIONS), norm.ret.clone()
+    ppo.prepare_networks(dict(agent=agent, reward_normalizer=norm), argparse.Namespace(bf16=False, compile=False))
+    out["weights"], out["ret"], out["ret_before"] = [p.detach().clone() for p in agent.parameters()], norm.ret, ret
     torch.save(out, os.path.join(result_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
 
@@ -93,3 +100,14 @@ def test_the_resume_command_of_a_multi_worker_run_is_torchrun():
     # with time to finish an iteration and save on Ctrl-C (torchrun's own 30 s is less than one on a CPU)
     assert ppo.resume_command("runs/x", 2) == (f"torchrun --shutdown-timeout 600 --nproc-per-node 2 "
                                                f"{os.path.join(ROOT, 'ppo.py')} --resume {os.path.abspath('runs/x')}")
+
+
+def test_every_worker_starts_from_rank_0s_weights_and_keeps_its_own_envs_returns(pooled):
+    """prepare_networks: rank 0's initial weights reach every worker; the reward normaliser's per-env returns, which a
+    resume puts back from each worker's own checkpoint, stay each worker's (rank 0's would replace the other's)."""
+    torch.manual_seed(0)
+    rank0 = [p.detach() for p in load("ppo").Agent(load("ppo").NUM_ACTIONS).parameters()]
+    for rank in range(2):
+        assert all(torch.equal(a, b) for a, b in zip(pooled[rank]["weights"], rank0))
+        assert torch.equal(pooled[rank]["ret"], pooled[rank]["ret_before"])
+    assert not torch.equal(pooled[0]["ret"], pooled[1]["ret"])  # the two workers' returns differ to begin with
