@@ -684,7 +684,7 @@ LAUNCHER = os.getppid()  # a torchrun worker's launcher: if it dies (kill -9), t
 
 
 def worker():
-    """(rank, world size) as torchrun sets them, (0, 1) without it; rank 0 prints and writes."""
+    """(rank, world size) as torchrun sets them, (0, 1) without it; rank 0 logs for all."""
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
@@ -713,9 +713,9 @@ def setup(args):
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
     torch.set_num_threads(cpu_threads())
-    # the only random generator drawn from (Procgen seeds its own)
+    # training's random generator (Procgen, evaluate() seed their own)
     torch.manual_seed(args.seed + worker()[0])
-    if args.micro_batch_size is None:  # on a CPU 16-64 ran alike, 128 1.22-1.50x slower
+    if args.micro_batch_size is None:  # 1-2 CPU threads: 16-64 ran alike, 128 1.22-1.50x slower
         args.micro_batch_size = 0 if use_cuda else max(32, 16 * cpu_threads())
     return device
 
@@ -925,7 +925,7 @@ def open_run(args, device, num_iterations, start):
     if dist.is_initialized():
         dist.broadcast_object_list(folder, 0)
     run_dir = folder[0]
-    # held till this process ends, however it ends: resuming a run that still trains fails here
+    # held till the run ends, however it ends: resuming a run that still trains fails here
     lock = filelock.FileLock(os.path.join(run_dir, f"run.rank{rank}.lock" if rank else "run.lock"))
     try:
         lock.acquire(timeout=0)
@@ -1009,7 +1009,7 @@ def log_iteration(run_dir, args, device, iteration, num_iterations, stats, rollo
 
 
 def stop_check(row, agent, device):
-    """(problem, stop), the same on every worker whichever saw it: a non-finite value in the row or
+    """(problem, stop), set on every worker whichever saw it: a non-finite value in the row or
     the parameters stops before saving; a signal, or the torchrun launcher gone, after."""
     bad = [k for k, v in row.items() if not math.isfinite(v)]
     bad += [f"parameter {n}" for n, p in agent.named_parameters() if not p.isfinite().all()]
