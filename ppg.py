@@ -1111,7 +1111,7 @@ def stop_check(row, agent, device):
     where = bad[0] if bad else "values on another worker"
     problem = f"iteration {row['iteration']}: non-finite {where}" if broken else None
     stop = "no launcher" if orphaned else "SIGTERM" if signalled else None
-    return problem, SIGNALLED[0] if SIGNALLED else stop
+    return problem, SIGNALLED[0] if SIGNALLED and signalled else stop
 
 
 def finish(run_dir, lock, problem, stop, last_saved):

@@ -221,6 +221,15 @@ def test_every_worker_stops_for_one_reason_whichever_worker_saw_it(monkeypatch):
     assert stop_with((0, 1, 0)) == (None, "SIGTERM")
     assert stop_with((0, 0, 1), own_signal="SIGINT") == (None, "SIGINT")
     assert stop_with((1, 0, 0)) == ("iteration 7: non-finite values on another worker", None)
+    # a signal that lands after this worker's flags were summed (the other worker may have answered already) waits
+    # for the next iteration's sum, as on every worker; stopping now would leave the other going on alone
+    def signal_during_the_sum(flags):
+        script.SIGNALLED.append("SIGINT")
+        return flags
+    monkeypatch.setattr(script, "all_reduce_sum", signal_during_the_sum)
+    monkeypatch.setattr(script, "SIGNALLED", [])
+    assert script.stop_check(row, agent, "cpu") == (None, None)
+    assert stop_with((0, 0, 0), own_signal="SIGINT") == (None, "SIGINT")
 
 
 def test_a_resume_whose_workers_checkpoints_disagree_is_refused(two_workers):
