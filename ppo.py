@@ -1,4 +1,4 @@
-# Tutorial: docs/README.md walks through this file; `diff ppo.py ppo_ewma.py` is the paper.
+# Tutorial: docs/README.md walks through this file; `diff ppo.py ppo_ewma.py` is the paper's change.
 """PPO (Schulman et al. 2017) on Procgen, in one file: the baseline of
 "Batch size-invariance for policy optimization" (Hilton, Cobbe, Schulman 2021).
 
@@ -611,9 +611,9 @@ def resume_args(p, argv, args):
     except (OSError, ValueError, TypeError) as e:  # missing, cut short, or not a run's config
         p.error(f"argument --{flag}: cannot read {run_dir!r}'s config.json ({type(e).__name__})")
     missing = sorted(set(vars(args)) - set(config))
-    if missing:  # another script's run or an older one's: today's default may not be what it used
-        p.error(f"argument --{flag}: {run_dir!r} is a run of {config.get('script')}, with no "
-                f"{missing[0]}: not of this {SCRIPT} as it is today")
+    if missing:  # another script's run, or an older one's
+        p.error(f"argument --{flag}: {run_dir!r} is a run of {config.get('script')}, not of this "
+                f"{SCRIPT} as it is today (its config.json has no {missing[0]})")
     argv = sys.argv[1:] if argv is None else argv
     typed = [a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")]
     refused = [k for k in typed if k.removeprefix("no_") not in FREE]  # --no-cuda is --cuda's
@@ -852,7 +852,7 @@ def replace_file(path, write, mode="w"):
 COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length",
            "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std",
            "imp_samp_capfrac", "eval_return", "eval_length",
-           "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG's
+           "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]
 SIGNALLED = []  # Ctrl-C, SIGTERM, SIGHUP: the run stops after this iteration
 HANDLERS = {}  # the handlers that on_signal replaced, put back when the run ends
 
@@ -909,8 +909,8 @@ def open_run(args, device, num_iterations, start):
             HANDLERS[s] = signal.signal(s, on_signal)
     say(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: "
         f"{args.num_envs} envs x {args.num_steps} steps x {worker()[1]} worker(s), "
-        f"{num_iterations} iterations = {num_iterations * batch_size * worker()[1]:,} steps; "
-        f"run folder {run_dir}")
+        f"{num_iterations} iterations = {num_iterations * batch_size * worker()[1]:,} steps "
+        f"({start} done); run folder {run_dir}")
     return run_dir, lock
 
 

@@ -1,4 +1,4 @@
-# Tutorial: docs/README.md walks through this file; `diff ppo.py ppo_ewma.py` is the paper.
+# Tutorial: docs/README.md walks through this file; `diff ppo.py ppo_ewma.py` is the paper's change.
 """PPO-EWMA on Procgen, in one file: PPO with a proximal policy decoupled from the behaviour policy,
 an EWMA of the policy network ("Batch size-invariance for policy optimization", Hilton et al. 2021).
 
@@ -446,8 +446,8 @@ def make_batch(rollout, agent, adv_moments, args):
 
 # --- Losses (decoupled objectives: Section 2) -----------------------------------------------------
 def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, imp_samp_max):
-    """Section 2, in log space: (pi_prox/pi_behav) min(r A, clip(r, 1-eps, 1+eps) A) with
-    r = pi_theta/pi_prox, and/or (pi_theta/pi_behav) A - beta KL[prox, theta]; prox = behav: PPO.
+    """Section 2: (pi_prox/pi_behav) min(r A, clip(r, 1-eps, 1+eps) A), r = pi_theta/pi_prox, or
+    (pi_theta/pi_behav) A at eps = 0; minus beta KL[prox, theta]. In log space; prox = behav: PPO.
     The importance weight is capped at imp_samp_max (Appendix B; 0 = no cap) by raising its
     denominator: a capped weight's gradient is then imp_samp_max grad log pi_theta, not 0."""
     log_cap = (logp.detach() - math.log(imp_samp_max) if imp_samp_max
@@ -646,9 +646,9 @@ def resume_args(p, argv, args):
     except (OSError, ValueError, TypeError) as e:  # missing, cut short, or not a run's config
         p.error(f"argument --{flag}: cannot read {run_dir!r}'s config.json ({type(e).__name__})")
     missing = sorted(set(vars(args)) - set(config))
-    if missing:  # another script's run or an older one's: today's default may not be what it used
-        p.error(f"argument --{flag}: {run_dir!r} is a run of {config.get('script')}, with no "
-                f"{missing[0]}: not of this {SCRIPT} as it is today")
+    if missing:  # another script's run, or an older one's
+        p.error(f"argument --{flag}: {run_dir!r} is a run of {config.get('script')}, not of this "
+                f"{SCRIPT} as it is today (its config.json has no {missing[0]})")
     argv = sys.argv[1:] if argv is None else argv
     typed = [a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")]
     refused = [k for k in typed if k.removeprefix("no_") not in FREE]  # --no-cuda is --cuda's
@@ -887,7 +887,7 @@ def replace_file(path, write, mode="w"):
 COLUMNS = ["iteration", "global_step", "time_s", "sps", "episodic_return", "episodic_length",
            "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std",
            "imp_samp_capfrac", "eval_return", "eval_length",
-           "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]  # aux_*: PPG's
+           "aux_kl", "aux_value_loss", "aux_true_value_loss", "aux_time_s"]
 SIGNALLED = []  # Ctrl-C, SIGTERM, SIGHUP: the run stops after this iteration
 HANDLERS = {}  # the handlers that on_signal replaced, put back when the run ends
 
@@ -944,8 +944,8 @@ def open_run(args, device, num_iterations, start):
             HANDLERS[s] = signal.signal(s, on_signal)
     say(f"{args.exp_name} on {args.env_id} ({args.distribution_mode}), {device}: "
         f"{args.num_envs} envs x {args.num_steps} steps x {worker()[1]} worker(s), "
-        f"{num_iterations} iterations = {num_iterations * batch_size * worker()[1]:,} steps; "
-        f"run folder {run_dir}")
+        f"{num_iterations} iterations = {num_iterations * batch_size * worker()[1]:,} steps "
+        f"({start} done); run folder {run_dir}")
     return run_dir, lock
 
 

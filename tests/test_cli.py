@@ -75,8 +75,8 @@ RESUME_BAD = [  # (script, argv with RUN for the run folder, flag, words the mes
     ("ppo_ewma", ["--resume", "RUN", "--gamma", "0.999"], "--gamma", "only --total-timesteps, --cuda"),
     ("ppo_ewma", ["--resume", "RUN", "--total-time", str(4 * BATCH)], "--total-time", "unrecognized arguments"),
     ("ppo", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH)], "--resume",
-     "is a run of ppo_ewma.py, with no old_policy: not of this ppo.py"),
-    ("ppg", ["--evaluate", "RUN"], "--evaluate", "is a run of ppo_ewma.py, with no beta_clone: not of this ppg.py"),
+     "is a run of ppo_ewma.py, not of this ppo.py as it is today (its config.json has no old_policy)"),
+    ("ppg", ["--evaluate", "RUN"], "--evaluate", "is a run of ppo_ewma.py, not of this ppg.py as it is today (its"),
     ("ppo_ewma", ["--resume", "RUN/nowhere"], "--resume", "no checkpoint.pt in"),
     ("ppo_ewma", ["--resume", "RUN", "--total-timesteps", str(4 * BATCH), "--bf16"], "--bf16",
      "--resume keeps the run's configuration"),
@@ -105,7 +105,8 @@ def test_a_run_of_an_older_version_is_refused(finished_ppo_ewma, tmp_path, bad_a
     del config["minibatch_by"]
     (run_dir / "config.json").write_text(json.dumps(config))
     message = bad_argument("ppo_ewma", ["--resume", str(run_dir)], "--resume")
-    assert "is a run of ppo_ewma.py, with no minibatch_by: not of this ppo_ewma.py as it is today" in message
+    assert "is a run of ppo_ewma.py, not of this ppo_ewma.py as it is today (its config.json has no minibatch_by)" \
+        in message
 
 
 @pytest.mark.parametrize("edit", ["cut", "list"])

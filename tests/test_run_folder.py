@@ -42,6 +42,15 @@ def test_a_damaged_checkpoint_on_resume_names_the_file_and_the_way_out(finished_
     assert err.startswith(f"ppo.py: error: cannot read {path}") and err.strip().endswith("or start a new run")
 
 
+def test_a_resume_of_a_finished_run_says_it_is_done_and_trains_nothing(finished_ppo, tmp_path, capsys):
+    """Without a larger --total-timesteps a finished run has nothing left: its header line says so."""
+    run_dir = copy_run(finished_ppo, tmp_path)
+    assert load("ppo").main(["--resume", run_dir]) == run_dir
+    out = capsys.readouterr().out
+    assert f"2 iterations = {2 * BATCH:,} steps (2 done); run folder {run_dir}" in out and "iter " not in out
+    assert [r["iteration"] for r in read_progress(run_dir)] == ["1", "2"]
+
+
 def test_sigterm_during_a_resume_saves_and_the_run_goes_on_from_there(finished_ppo, tmp_path, monkeypatch, capsys):
     """A SIGTERM as the resumed run's first rollout begins: that iteration ends, is saved, and the resume command is
     printed."""
