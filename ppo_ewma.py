@@ -447,7 +447,7 @@ def make_batch(rollout, agent, adv_moments, args):
 # --- Losses (decoupled objectives: Section 2) -----------------------------------------------------
 def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, imp_samp_max):
     """Section 2: (pi_prox/pi_behav) min(r A, clip(r, 1-eps, 1+eps) A), r = pi_theta/pi_prox, or
-    (pi_theta/pi_behav) A at eps = 0; minus beta KL[prox, theta]. In log space; prox = behav: PPO.
+    unclipped (pi_theta/pi_behav) A; minus beta KL[prox, theta]. In log space; prox = behav: PPO.
     The importance weight is capped at imp_samp_max (Appendix B; 0 = no cap) by raising its
     denominator: a capped weight's gradient is then imp_samp_max grad log pi_theta, not 0."""
     log_cap = (logp.detach() - math.log(imp_samp_max) if imp_samp_max
@@ -522,7 +522,7 @@ def update(agent, optimizer, batch, args, ewma):
             if args.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            ewma.update(agent)  # theta_prox <- EWMA(theta), after every policy step (Appendix A)
+            ewma.update(agent)  # theta_prox <- EWMA(theta), after every Adam step (Appendix A)
     return {k: float(v) for k, v in sums.items()}
 
 
