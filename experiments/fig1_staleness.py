@@ -75,7 +75,7 @@ CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distr
 
 def parse_args(argv=None):
     p = sweep.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
-    p.add_argument("--staleness-values", nargs="+", type=int, metavar="K",
+    p.add_argument("--staleness-values", nargs="+", type=sweep.NATURAL, metavar="K",
                    help="staleness K in iterations (paper: 0 1 2 4 8 16)")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="objectives (default: all three)")
     p.add_argument("--cpu", action="store_true", help="the CPU preset described below")

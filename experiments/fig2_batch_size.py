@@ -91,11 +91,11 @@ CPU = {"script": "ppo_ewma", "envs": ["starpilot"], "seeds": [1], "total_timeste
 def parse_args(argv=None):
     p = sweep.sweep_parser(__doc__.split("\n\n")[0], __doc__.split("\n\n", 1)[1])
     p.add_argument("--script", choices=list(BASELINES), help="the EWMA script (paper: ppg_ewma; --cpu: ppo_ewma)")
-    p.add_argument("--divisors", nargs="+", type=int, metavar="C", help="batch divisors (paper: 1 4 16 64 256)")
-    p.add_argument("--ablation-divisors", nargs="+", type=int, metavar="C",
+    p.add_argument("--divisors", nargs="+", type=sweep.COUNT, metavar="C", help="batch divisors (paper: 1 4 16 64 256)")
+    p.add_argument("--ablation-divisors", nargs="+", type=sweep.COUNT, metavar="C",
                    help="divisors at which the ablations run (default: every divisor > 1; --quick, --cpu: the largest)")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="default: all five")
-    p.add_argument("--smooth-steps", type=int, metavar="STEPS",
+    p.add_argument("--smooth-steps", type=sweep.COUNT, metavar="STEPS",
                    help="learning curves: moving average over this many env steps at every C (default: --smooth "
                         "iterations at C = 1; --cpu: 100000)")
     p.add_argument("--cpu", action="store_true", help="the 1M-step PPO-EWMA preset described below")

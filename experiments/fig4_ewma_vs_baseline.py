@@ -1,6 +1,7 @@
 """Figure 4 of Hilton et al. (Section 5.3): PPO vs PPO-EWMA and PPG vs PPG-EWMA, head to head.
 
-All four scripts at their default hyperparameters (Appendix B) on the same games and seeds.
+All four scripts with the paper's hyperparameters (Appendix B; sweep.OFFICIAL_CODE where CleanRL's differ) on the same
+games and seeds; --cpu: ppo.py and ppo_ewma.py at the scripts' defaults.
 
 Output in --runs-dir: run folders, logs/, fig4_ewma.png (learning curves of the four algorithms against
 env steps and against wall-clock time, averaged over games; and per game the difference in final

@@ -341,21 +341,38 @@ TINY = {"envs": ["starpilot"], "seeds": [1], "distribution_mode": "easy", "num_e
         "committed": None, "records": [], "out_dir": None, "summary_dir": None}  # tiny runs: not in data/ or docs/
 
 
+def checked(kind, allowed, ok):
+    """An argparse type: a `kind` that ok() accepts, else argparse's one line "argument --FLAG: must be {allowed}"."""
+    def number(text):
+        value = kind(text)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
+        return value
+    number.__name__ = kind.__name__  # argparse's "invalid int value: 'x'" for what is not a number
+    return number
+
+
+COUNT = checked(int, "at least 1", lambda v: v >= 1)
+NATURAL = checked(int, "at least 0", lambda v: v >= 0)
+FRACTION = checked(float, "above 0 and at most 1", lambda v: 0 < v <= 1)
+
+
 def sweep_parser(description, epilog=""):
     """The flags every runner shares; None defaults are filled from the presets by parse_sweep_args."""
     p = argparse.ArgumentParser(description=description, epilog=epilog,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
     a("--envs", nargs="+", choices=PROCGEN_GAMES, metavar="GAME", help="Procgen games (paper: all 16)")
-    a("--seeds", nargs="+", type=int, metavar="N", help="seeds")
-    a("--total-timesteps", type=int, help="env steps per run")
+    a("--seeds", nargs="+", type=NATURAL, metavar="N", help="seeds")
+    a("--total-timesteps", type=COUNT, help="env steps per run")
     a("--distribution-mode", choices=("easy", "hard"), help="Procgen difficulty (paper: hard)")
-    a("--num-envs", type=int, help="parallel envs per run at the default batch size (paper: 256 = 4 workers x 64)")
-    a("--num-steps", type=int, help="steps per env per rollout (paper: 256)")
-    a("--num-minibatches", type=int, help="minibatches per epoch (paper: 8)")
-    a("--parallel", type=int, help="runs trained at the same time")
-    a("--cores-per-run", type=int, help="CPU cores each run is pinned to (default: all cores / --parallel)")
-    a("--runs-dir", help="where the run folders go; the figure and summary CSV too, unless --out-dir")
+    a("--num-envs", type=COUNT, help="parallel envs per run at the default batch size (paper: 256 = 4 workers x 64)")
+    a("--num-steps", type=COUNT, help="steps per env per rollout (paper: 256)")
+    a("--num-minibatches", type=COUNT, help="minibatches per epoch (paper: 8)")
+    a("--parallel", type=COUNT, help="runs trained at the same time")
+    a("--cores-per-run", type=COUNT, help="CPU cores each run is pinned to (default: all cores / --parallel)")
+    a("--runs-dir", help="where the run folders go (default: runs/<figure>_<preset> in the repository); the figure "
+                          "and summary CSV too, unless --out-dir")
     a("--out-dir", help="where the figure and summary CSV go (default: --runs-dir; --cpu: docs/figures, committed)")
     a("--summary-dir", help="where the summary CSV goes (default: --out-dir; --cpu: data, committed)")
     a("--save-model", action="store_true", default=None,
@@ -363,9 +380,9 @@ def sweep_parser(description, epilog=""):
     a("--committed", metavar="DIR", help="copy each finished run's config.json and progress.csv to DIR/<run folder>/, "
                                          "skip runs finished there, and draw the figure from there (and a preset's "
                                          "record folders) alone")
-    a("--final-frac", type=float, default=0.1,
+    a("--final-frac", type=FRACTION, default=0.1,
       help="final return = mean over this last fraction of iterations (--cpu tables: of env steps)")
-    a("--smooth", type=int, default=5, help="moving-average window (iterations) for the learning curves")
+    a("--smooth", type=COUNT, default=5, help="moving-average window (iterations) for the learning curves")
     a("--extra", default="", help="more flags for every training command, e.g. --extra=--bf16; not part of a run's "
                                   "identity: use another --runs-dir when changing them")
     a("--quick", action="store_true", help="the CPU-sized preset described below")
@@ -377,8 +394,8 @@ def sweep_parser(description, epilog=""):
 
 
 def add_ppg_flags(parser):
-    parser.add_argument("--n-pi", type=int, help="PPG policy iterations per phase at batch divisor 1 (paper: 32)")
-    parser.add_argument("--e-aux", type=int, help="PPG auxiliary epochs (paper: 6)")
+    parser.add_argument("--n-pi", type=COUNT, help="PPG policy iterations per phase at batch divisor 1 (paper: 32)")
+    parser.add_argument("--e-aux", type=COUNT, help="PPG auxiliary epochs (paper: 6)")
 
 
 def parse_sweep_args(parser, argv, paper, quick, tiny=None, **presets):
@@ -395,8 +412,9 @@ def parse_sweep_args(parser, argv, paper, quick, tiny=None, **presets):
     for dest, value in preset.items():
         if dest != "runs_dir" and getattr(args, dest, None) is None:
             setattr(args, dest, value)
-    if args.runs_dir is None:
-        args.runs_dir = preset["runs_dir"] + ("_tiny" if args.tiny else f"_{chosen[0]}" if chosen else "")
+    if args.runs_dir is None:  # in the repository, from whichever folder the command is typed
+        args.runs_dir = os.path.join(ROOT, preset["runs_dir"] + ("_tiny" if args.tiny else f"_{chosen[0]}" if chosen
+                                                                 else ""))
     args.preset = preset  # what the preset alone asks for, beside what the command line changed
     if args.parallel is None:
         args.parallel = 1

@@ -271,10 +271,12 @@ def test_staleness_runner_commands():
     # staleness 0: the recent and behav objectives coincide, one shared ppo.py run
     assert by_tag[("recent", 0)] == by_tag[("behav", 0)] and len(sweep.unique_runs(runs)) == 5
     paper = staleness.parse_args([])
-    assert len(paper.envs) == 16 and paper.seeds == [1, 2, 3, 4] and paper.runs_dir == "runs/fig1"
+    assert len(paper.envs) == 16 and paper.seeds == [1, 2, 3, 4]
+    assert paper.runs_dir == os.path.join(ROOT, "runs", "fig1")
     assert len(sweep.unique_runs(staleness.build_runs(paper))) == 16 * 4 * (1 + 5 + 5 + 6)
     quick = staleness.parse_args(["--quick"])
-    assert quick.runs_dir == "runs/fig1_quick" and quick.distribution_mode == "easy" and quick.parallel == 2
+    assert quick.runs_dir == os.path.join(ROOT, "runs", "fig1_quick")
+    assert quick.distribution_mode == "easy" and quick.parallel == 2
 
 
 def test_batch_size_runner_commands():
@@ -298,6 +300,29 @@ def test_batch_size_runner_commands():
         batch_size.parse_args(["--cpu", "--quick"])
 
 
+@pytest.mark.parametrize("runner, argv, message", [
+    ("fig4_ewma_vs_baseline", ["--cpu", "--final-frac", "2"], "--final-frac: must be above 0 and at most 1, got 2"),
+    ("fig4_ewma_vs_baseline", ["--quick", "--parallel", "0"], "--parallel: must be at least 1, got 0"),
+    ("fig1_staleness", ["--cpu", "--staleness-values", "-1"], "--staleness-values: must be at least 0, got -1"),
+    ("fig2_batch_size", ["--divisors", "x"], "--divisors: invalid int value: 'x'"),
+    ("learning_curve", ["--window", "0"], "--window: must be at least 1, got 0")])
+def test_a_runners_bad_number_is_refused_in_argparses_one_line(runner, argv, message, capsys):
+    """A final fraction of 2 printed a table of (-1000k, 1M] and another verdict; a negative staleness planned runs
+    that each script then refused: now argparse's line and exit code 2, before anything is planned or written."""
+    module = load_experiment(runner)
+    with pytest.raises(SystemExit) as exit_info:
+        getattr(module, "parse_args", module.main)(argv)  # learning_curve.py parses in main
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.splitlines()[-1].endswith(f"error: argument {message}")
+
+
+def test_a_presets_runs_go_to_the_repository_from_any_folder(monkeypatch, tmp_path):
+    """From another folder the same command must find the runs already made (and resume the one stopped)."""
+    monkeypatch.chdir(tmp_path)
+    args = load_experiment("fig4_ewma_vs_baseline").parse_args(["--cpu"])
+    assert args.runs_dir == os.path.join(ROOT, "runs", "fig4_cpu")
+
+
 def test_ewma_runner_commands():
     ewma = load_experiment("fig4_ewma_vs_baseline")
     args = ewma.parse_args(["--quick", "--runs-dir", "/tmp/x"])
@@ -315,7 +340,8 @@ CPU_RUNS = {(1, ()), (4, ()), (16, ()), (16, ("lr",)), (16, ("prox",)), (16, ("a
 def test_cpu_preset_plans_six_ppo_ewma_runs_at_the_scripts_defaults_and_the_official_codes_choices(tmp_path, capsys):
     batch_size, ppo_ewma = load_experiment("fig2_batch_size"), load("ppo_ewma")
     args = batch_size.parse_args(["--cpu"])
-    assert (args.runs_dir, args.parallel, args.save_model, args.smooth_steps) == ("runs/fig2_cpu", 2, True, 100_000)
+    assert args.runs_dir == os.path.join(ROOT, "runs", "fig2_cpu")
+    assert (args.parallel, args.save_model, args.smooth_steps) == (2, True, 100_000)
     assert (args.committed, args.out_dir, args.summary_dir) == (os.path.join(ROOT, "data", "runs"),
                                                                 os.path.join(ROOT, "docs", "figures"),
                                                                 os.path.join(ROOT, "data"))

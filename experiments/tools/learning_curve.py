@@ -124,14 +124,6 @@ def draw(runs, out, smooth_steps, references=None, width=100_000):
     figures.save_figure(fig, out)
 
 
-def positive(text):
-    """An argparse type: a whole number of env steps above 0."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,9 +131,9 @@ def main(argv=None):
                                                                 "README's runs in data/runs, see below)")
     p.add_argument("-o", "--out", help="output image (PNG); default: docs/figures/learning_1m.png for the README's "
                                             "runs (it is committed), curves.png for RUN_DIRs")
-    p.add_argument("--smooth-steps", type=positive, default=100_000, help="moving average over this many env steps")
-    p.add_argument("--window", type=positive, default=100_000, help="the table's windows, in env steps")
-    p.add_argument("--total-timesteps", type=int, default=1_000_000,
+    p.add_argument("--smooth-steps", type=sweep.COUNT, default=100_000, help="moving average over this many env steps")
+    p.add_argument("--window", type=sweep.COUNT, default=100_000, help="the table's windows, in env steps")
+    p.add_argument("--total-timesteps", type=sweep.COUNT, default=1_000_000,
                    help="without RUN_DIRs: the length of the runs to take from data/runs")
     p.add_argument("--reference", nargs="+", default=[], metavar="CSV",
                    help="episode logs (global_step, episodic_return) whose window means go beside the runs")
