@@ -507,7 +507,8 @@ def sweep_main(args, runs, tag_names, summary_name, figure_name, make_figure, su
         make_figure(loaded, rows, args, figure)
         print(f"figure {figure}\nsummary {summary}")
     else:  # nothing written: an empty summary would replace a good one (--summary-dir may be data/)
-        print(f"no finished runs in {args.committed or args.runs_dir}: no summary, no figure")
+        hint = " (the same command without --plot-only trains them)" if args.plot_only else ""
+        print(f"no finished runs in {args.committed or args.runs_dir}: no summary, no figure{hint}")
     if args.failed:
         sys.exit(f"{len(args.failed)} run(s) failed; see {os.path.join(args.runs_dir, 'logs')}")
     return figure, summary

@@ -323,6 +323,13 @@ def test_a_presets_runs_go_to_the_repository_from_any_folder(monkeypatch, tmp_pa
     assert args.runs_dir == os.path.join(ROOT, "runs", "fig4_cpu")
 
 
+def test_plot_only_with_no_runs_says_how_to_train_them_and_writes_nothing(tmp_path, capsys):
+    load_experiment("fig1_staleness").main(["--quick", "--plot-only", "--runs-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert f"no finished runs in {tmp_path}: no summary, no figure (the same command without --plot-only" in out
+    assert os.listdir(tmp_path) == []
+
+
 def test_ewma_runner_commands():
     ewma = load_experiment("fig4_ewma_vs_baseline")
     args = ewma.parse_args(["--quick", "--runs-dir", "/tmp/x"])
