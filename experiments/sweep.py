@@ -413,8 +413,8 @@ def parse_sweep_args(parser, argv, paper, quick, tiny=None, **presets):
         if dest != "runs_dir" and getattr(args, dest, None) is None:
             setattr(args, dest, value)
     if args.runs_dir is None:  # in the repository, from whichever folder the command is typed
-        args.runs_dir = os.path.join(ROOT, preset["runs_dir"] + ("_tiny" if args.tiny else f"_{chosen[0]}" if chosen
-                                                                 else ""))
+        suffix = "_tiny" if args.tiny else f"_{chosen[0]}" if chosen else ""
+        args.runs_dir = os.path.join(ROOT, preset["runs_dir"] + suffix)
     args.preset = preset  # what the preset alone asks for, beside what the command line changed
     if args.parallel is None:
         args.parallel = 1
