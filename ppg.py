@@ -146,8 +146,8 @@ ADJUSTMENTS = ("lr", "adv", "n_pi")
 def apply_batch_size_invariance(args):
     """Section 4: to divide the batch size by C, divide the envs by C and adjust the rest."""
     c = args.batch_divisor
-    # Appendix B: with fewer envs, the aux phase keeps its minibatch size (N/16 whole trajectories:
-    # 16 N_pi minibatches an epoch at the defaults) and its step size
+    # Appendix B: with fewer envs per worker, the aux phase keeps its minibatch size (N/16 whole
+    # trajectories: 16 N_pi minibatches an epoch at the defaults) and its step size
     args.aux_minibatch_trajs = max(1, args.num_envs // 16)
     args.aux_learning_rate = args.learning_rate
     args.adam_betas = (0.9, 0.999)  # Adam's defaults

@@ -96,7 +96,7 @@ def parse_args(argv=None):
     a("--adv-ewma-decay", type=DECAY, default=0.0, help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
     a("--prox", default="ewma", choices=("ewma", "recent"), help="prox: the EWMA, or the policy before this iteration")
-    a("--beta-prox", type=DECAY, default=0.889, help="EWMA decay (Table 4): centre of mass 1/(1-beta)-1 = 8 Adam steps")
+    a("--beta-prox", type=DECAY, default=0.889, help="EWMA decay d (Table 4): centre of mass 1/(1-d)-1 = 8 Adam steps")
     a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on the importance weight (App. B); 0 = off")
     a("--staleness", type=NATURAL, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=COUNT, default=1, help="divide --num-envs by C with Section 4's adjustments")
@@ -148,8 +148,8 @@ ADJUSTMENTS = ("lr", "prox", "adv", "n_pi")
 def apply_batch_size_invariance(args):
     """Section 4: to divide the batch size by C, divide the envs by C and adjust the rest."""
     c = args.batch_divisor
-    # Appendix B: with fewer envs, the aux phase keeps its minibatch size (N/16 whole trajectories:
-    # 16 N_pi minibatches an epoch at the defaults) and its step size
+    # Appendix B: with fewer envs per worker, the aux phase keeps its minibatch size (N/16 whole
+    # trajectories: 16 N_pi minibatches an epoch at the defaults) and its step size
     args.aux_minibatch_trajs = max(1, args.num_envs // 16)
     args.aux_learning_rate = args.learning_rate
     args.adam_betas = (0.9, 0.999)  # Adam's defaults
@@ -317,7 +317,7 @@ def chunked_log_prob(net, obs, actions, chunk=256):
 
 # --- EWMA proximal network (Section 4, Appendix A) ------------------------------------------------
 class EWMA(nn.Module):
-    """theta_prox = (theta_t + beta theta_{t-1} + ... + beta^t theta_0) / (1 + beta + ... + beta^t),
+    """theta_prox = (theta_t + b theta_{t-1} + ... + b^t theta_0) / (1 + ... + b^t), b = beta_prox,
     kept incrementally over the weights after each step (App. A) in a copy of the policy's net."""
     def __init__(self, net, beta_prox):
         super().__init__()

@@ -91,7 +91,7 @@ def parse_args(argv=None):
     a("--adv-ewma-decay", type=DECAY, default=0.0, help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
     a("--prox", default="ewma", choices=("ewma", "recent"), help="prox: the EWMA, or the policy before this iteration")
-    a("--beta-prox", type=DECAY, default=0.889, help="EWMA decay (Table 4): centre of mass 1/(1-beta)-1 = 8 Adam steps")
+    a("--beta-prox", type=DECAY, default=0.889, help="EWMA decay d (Table 4): centre of mass 1/(1-d)-1 = 8 Adam steps")
     a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on the importance weight (App. B); 0 = off")
     a("--staleness", type=NATURAL, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=COUNT, default=1, help="divide --num-envs by C with Section 4's adjustments")
@@ -291,7 +291,7 @@ def chunked_log_prob(net, obs, actions, chunk=256):
 
 # --- EWMA proximal network (Section 4, Appendix A) ------------------------------------------------
 class EWMA(nn.Module):
-    """theta_prox = (theta_t + beta theta_{t-1} + ... + beta^t theta_0) / (1 + beta + ... + beta^t),
+    """theta_prox = (theta_t + b theta_{t-1} + ... + b^t theta_0) / (1 + ... + b^t), b = beta_prox,
     kept incrementally over the weights after each step (App. A) in a copy of the policy's net."""
     def __init__(self, net, beta_prox):
         super().__init__()
