@@ -187,13 +187,6 @@ def test_ppg_ewma_adds_exactly_what_ppo_ewma_adds():
         "loss, diagnostics = micro_batch_loss(agent, batch, idx, args, ewma,"}
 
 
-def test_scripts_import_nothing_from_each_other():
-    for s in SCRIPTS:
-        source = read(f"{s}.py")
-        for other in SCRIPTS:
-            assert f"import {other}\n" not in source and f"from {other} " not in source
-
-
 # The appendix's functions the story calls by a name that says what they do; nothing else of the appendix is needed
 # to understand the algorithm above it.
 MACHINERY_CALLS = {"check_args", "resume_args", "setup", "evaluate_saved_agent", "average_gradients", "all_reduce_sum",

@@ -1,13 +1,35 @@
-"""macOS and Windows as far as Python goes: no os.sched_getaffinity there, no Unix-only modules on Windows. Each
-script is imported afresh with both simulated and trains a tiny run (one script per part it shares: the story's
-ProcgenVecEnv and the appendix's cpu_threads are the same in all four)."""
+"""Elsewhere: each script copied alone into a project of its own; macOS and Windows as far as Python goes (no
+os.sched_getaffinity there, no Unix-only modules on Windows): each script is imported afresh with both simulated and
+trains a tiny run (one script per part it shares: the story's ProcgenVecEnv and the appendix's cpu_threads are the
+same in all four)."""
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
 
-from conftest import BATCH, ROOT, SCRIPTS, read_progress, tiny_argv
+from conftest import BATCH, BESIDE, ROOT, SCRIPTS, read_progress, tiny_argv
+
+
+def test_each_script_copied_alone_into_an_empty_folder_trains_there(tmp_path):
+    """Copying one file is enough: each script, the only file of a folder and run there as in a reader's own project
+    (no PYTHONPATH, so none of its siblings can be imported), trains a tiny run into that folder's runs/. Two at a
+    time, on the two cores."""
+    env = {k: v for k, v in BESIDE.items() if k != "PYTHONPATH"}
+    for pair in (SCRIPTS[:2], SCRIPTS[2:]):
+        procs = {}
+        for name in pair:
+            os.mkdir(tmp_path / name)
+            shutil.copy(os.path.join(ROOT, f"{name}.py"), tmp_path / name)
+            argv = [sys.executable, f"{name}.py", *tiny_argv(name, "--total-timesteps", str(BATCH))]
+            procs[name] = subprocess.Popen(argv, cwd=tmp_path / name, env=env, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.PIPE, text=True)
+        for name, proc in procs.items():
+            assert proc.wait(timeout=300) == 0, proc.stderr.read()
+            (run_dir,) = (tmp_path / name / "runs").iterdir()
+            assert [r["iteration"] for r in read_progress(run_dir)][0] == "1"
 
 UNIX_ONLY = ("fcntl", "resource", "termios", "pwd", "grp")
 
