@@ -35,9 +35,9 @@ LEARNING_COLUMNS = ["iteration", "global_step", "episodic_return", "episodic_len
 
 @pytest.fixture(autouse=True)
 def same_threads():
-    """Every test starts on the same threads (2 at most), whether or not a test before it ran main(), which takes one
-    a core (setup)."""
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    """Every test starts on the same threads (2 at most, one a core of this process's CPU set, as the scripts count
+    them), whether or not a test before it ran main(), which takes one a core (setup)."""
+    torch.set_num_threads(min(2, len(os.sched_getaffinity(0))))
 
 
 def load(name, folder=ROOT):
