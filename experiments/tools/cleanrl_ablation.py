@@ -43,9 +43,9 @@ STAGES = {1: [(("mb", "vf", "gc"), 1), ((), 2)],
           5: [(("vf", "gc", "init"), 3), (("mb", "gc", "init"), 4), (("mb", "vf", "init"), 5)]}
 
 
-# The committed 1M-step default run of seed 1 (the defaults of its time: the official code's choice in each group)
+# The committed 1M-step run of seed 1 at the official code's choice in each group (ppo.py's defaults when it ran)
 DEFAULT_RUN = sweep.Job("ppo", "starpilot", 1, "ppo", 1_000_000, sweep.OFFICIAL_CODE,
-                        tags={"groups": "official (default run)", "stage": 0})
+                        tags={"groups": "official", "stage": 0})
 
 
 def exp_name(script, groups):
