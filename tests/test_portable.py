@@ -24,12 +24,14 @@ def test_each_script_copied_alone_into_an_empty_folder_trains_there(tmp_path):
             os.mkdir(tmp_path / name)
             shutil.copy(os.path.join(ROOT, f"{name}.py"), tmp_path / name)
             argv = [sys.executable, f"{name}.py", *tiny_argv(name, "--total-timesteps", str(BATCH))]
-            procs[name] = subprocess.Popen(argv, cwd=tmp_path / name, env=env, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.PIPE, text=True)
+            with open(tmp_path / f"{name}.log", "w") as log:  # a file, not a pipe: no pipe fills while it waits
+                procs[name] = subprocess.Popen(argv, cwd=tmp_path / name, env=env, stdout=log,
+                                               stderr=subprocess.STDOUT)
         for name, proc in procs.items():
-            assert proc.wait(timeout=300) == 0, proc.stderr.read()
+            assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()
             (run_dir,) = (tmp_path / name / "runs").iterdir()
             assert [r["iteration"] for r in read_progress(run_dir)][0] == "1"
+
 
 UNIX_ONLY = ("fcntl", "resource", "termios", "pwd", "grp")
 
