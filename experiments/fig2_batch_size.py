@@ -30,23 +30,22 @@ all/no-lr/no-prox/no-adv, 12,288 steps (6 phases) per run: 12 ppg_ewma.py runs o
 (the auxiliary phase, 6 epochs of both networks, took 67-79% of it). Checks the pipeline only; the
 second seed shows how far apart one setting's runs land at this scale.
 
---cpu (batch size-invariance you can see on a CPU): ppo_ewma.py --update-epochs 1 on starpilot, easy,
-seed 1, 1M env steps, the scripts' default 64 envs x 256 steps and 8 minibatches; divisors 1 4 16 (64,
-16 and 4 envs) with all adjustments, and at C = 16 the three ablations: 6 runs with --save-model, 2 at a
-time (one core each on the 2-core dev machine), into runs/fig2_cpu: 71 min (C = 1) to 90 min (C = 16)
-per run there, about 4.5 hours in all (the printed estimate says how it was made). Each run, as soon as
-it finishes, has its config.json and progress.csv copied to data/runs/<run folder>/ (--committed); runs
-finished there are skipped and an interrupted run goes on from its checkpoint, so the same command
-continues the sweep in a later session; `--seeds 2 --divisors 1 16 --variants all` adds a second seed of
-C = 1 and C = 16. Output, drawn from data/runs alone: docs/figures/fig2_cpu.png ((a) return against env
-steps at C = 1, 4, 16; (b) C = 16 with each ablation, against C = 16 and C = 1; every curve smoothed over
---smooth-steps env steps), printed beside it the mean return per --smooth-steps window of each run, and
-data/fig2_cpu_diagnostics.csv (--summary-dir), also printed as Markdown: per run the adjusted learning_rate, beta_prox
-and adv_ewma_decay, mean clipfrac and approx_kl over the run and over the last 10% of --total-timesteps
-((900k, 1M]), the return over its first 100k env steps and over that last 10% (with the standard error of
-that mean over its iterations), the largest max/min of the advantage normalisation's std within 100k env
-steps (the paper finds dropping the adv adjustment hurts once that reaches about 10, App. F.2), and its wall
-time.
+--cpu (batch size-invariance you can see on a CPU): ppo_ewma.py --update-epochs 1 on starpilot, easy, seed 1, 1M
+env steps, the scripts' default 64 envs x 256 steps and 8 minibatches; divisors 1 4 16 (64, 16 and 4 envs) with all
+adjustments, and at C = 16 the three ablations: 6 runs with --save-model, 2 at a time (one core each on the 2-core
+dev machine), into runs/fig2_cpu: 41 to 145 min a run there, measured (C = 1: 71 min, C = 16: 114), about 6 h in
+all (derived; the printed estimate says how it is made). Each run, as soon as it finishes, has its config.json and
+progress.csv copied to data/runs/<run folder>/ (--committed); runs finished there are skipped and an interrupted
+run goes on from its checkpoint, so the same command continues the sweep in a later session;
+`--seeds 2 --divisors 1 16 --variants all` adds a second seed of C = 1 and C = 16. Output, drawn from data/runs
+alone: docs/figures/fig2_cpu.png ((a) return against env steps at C = 1, 4, 16; (b) C = 16 with each ablation,
+against C = 16 and C = 1; every curve smoothed over --smooth-steps env steps), printed beside it the mean return
+per --smooth-steps window of each run, and data/fig2_cpu_diagnostics.csv (--summary-dir), also printed as Markdown:
+per run the adjusted learning_rate, beta_prox and adv_ewma_decay, mean clipfrac and approx_kl over the run and over
+the last 10% of --total-timesteps ((900k, 1M]), the return over its first 100k env steps and over that last 10%
+(with the standard error of that mean over its iterations), the largest max/min of the advantage normalisation's
+std within 100k env steps (the paper finds dropping the adv adjustment hurts once that reaches about 10, App. F.2),
+and its wall time.
 
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.
@@ -82,8 +81,8 @@ CPU = {"script": "ppo_ewma", "envs": ["starpilot"], "seeds": [1], "total_timeste
        "variants": ["all", *ABLATIONS], "parallel": 2, "save_model": True, "smooth_steps": 100_000,
        "committed": sweep.COMMITTED, "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
        # Measured here at this configuration, one core each, two runs side by side: C = 1 took 4,277 s for 1,015,808
-       # steps (237 steps/s), C = 16 5,428 s for 1,000,448 (184 steps/s, 1.3x the time per step; cpu_seconds
-       # assumes 1.4x at C = 16).
+       # steps (237 steps/s), C = 16 6,845 s for 1,000,448 (146 steps/s; a median of 190 an iteration against C = 1's
+       # 240, 1.26x the time per step; cpu_seconds assumes 1.4x at C = 16).
        "sps_per_core": {"ppo_ewma": 237},
        "estimate_note": "from the C = 1 and C = 16 runs measured on one core each, two at a time"}
 
@@ -94,7 +93,8 @@ def parse_args(argv=None):
     p.add_argument("--divisors", nargs="+", type=sweep.COUNT, metavar="C", help="batch divisors (paper: 1 4 16 64 256)")
     p.add_argument("--ablation-divisors", nargs="+", type=sweep.COUNT, metavar="C",
                    help="divisors at which the ablations run (default: every divisor > 1; --quick, --cpu: the largest)")
-    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="default: all five")
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS),
+                   help="default: all five (--quick, --cpu: all and the three ablations)")
     p.add_argument("--smooth-steps", type=sweep.COUNT, metavar="STEPS",
                    help="learning curves: moving average over this many env steps at every C (default: --smooth "
                         "iterations at C = 1; --cpu: 100000)")
@@ -104,9 +104,10 @@ def parse_args(argv=None):
     if args.ablation_divisors is None:  # --quick, --cpu: only at the largest divisor
         larger = [c for c in args.divisors if c > 1]
         args.ablation_divisors = larger[-1:] if args.quick or args.tiny or args.cpu else larger
-    bad = [c for c in set(args.divisors) | set(args.ablation_divisors) if c < 1 or args.num_envs % c]
-    if bad:
-        p.error(f"argument --divisors: each must divide --num-envs ({args.num_envs}), got {sorted(bad)}")
+    for flag, divisors in (("--divisors", args.divisors), ("--ablation-divisors", args.ablation_divisors)):
+        bad = [c for c in divisors if args.num_envs % c]
+        if bad:
+            p.error(f"argument {flag}: each must divide --num-envs ({args.num_envs}), got {sorted(bad)}")
     if args.smooth_steps is None:
         args.smooth_steps = args.smooth * args.num_envs * args.num_steps
     return args
@@ -230,12 +231,14 @@ def diagnostics_markdown(rows, args):
 
 def shown_runs(args):
     """What the --cpu figure and table show: the preset's design joined with this command's, for every seed
-    committed so far or asked for. A command that adds a second seed of two runs then redraws the whole
-    figure, rather than one of those two runs alone."""
+    of this figure committed so far or asked for. A command that adds a second seed of two runs then redraws the
+    whole figure, rather than one of those two runs alone."""
     seeds = set(args.seeds)
     for run_dir in analysis.find_run_dirs([args.committed] if args.committed else []):
         with open(os.path.join(run_dir, "config.json")) as f:
-            seeds.add(json.load(f).get("seed"))
+            config = json.load(f)
+        if config.get("exp_name", "").startswith("fig2__"):  # not the other figures' runs in data/runs
+            seeds.add(config.get("seed"))
     divisors = sorted(set(args.divisors) | set(args.preset["divisors"]))
     design = {"seeds": sorted(seeds), "divisors": divisors, "ablation_divisors": sorted(
         set(args.ablation_divisors) | {max(args.preset["divisors"])} - {1}),

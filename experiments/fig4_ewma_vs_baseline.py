@@ -29,12 +29,13 @@ plunder, ninja and bossfight (UNTUNED). A pilot ranks them before any comparison
 iterations minus its first 3. Ninja and plunder come first (the top two when five of the eight had pilots); then the two
 other games whose pilots rise most. Each pilot is the first 16 iterations of its game's ppo.py seed-1 run, which goes on
 from the pilot's checkpoint where it is at hand (else it starts anew). StarPilot, a tuned game, is shown apart: the
-README's runs, seeds 1-2. One run at a time on both cores into runs/fig4_cpu (1.3-3.5 h a run, measured; --dry-run
-estimates what is left), a pair's two runs one after the other, each copied to data/runs when it finishes (runs there
-are skipped: the same command continues the sweep in a later session). Runs made on a GPU count too, from data/runs/gpu:
-experiments/tools/gpu_check.sh fig4 trains there, eight at a time (--cpu --committed data/runs/gpu --parallel 8).
-Output, from data/runs and data/runs/gpu alone: the pilots' table, per game the mean return per 100k env steps of every
-run, the final returns, the paired test, docs/figures/fig4_cpu.png and data/fig4_cpu_summary.csv.
+README's runs, seeds 1-2 (--envs names the tuned game; the compared games are the pilots' pick). One run at a time on
+both cores into runs/fig4_cpu (1.3-3.5 h a run, measured; --dry-run estimates what is left), a pair's two runs one after
+the other, each copied to data/runs when it finishes (runs there are skipped: the same command continues the sweep in a
+later session). Runs made on a GPU count too, from data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains there,
+eight at a time (--cpu --committed data/runs/gpu --parallel 8). Output, from data/runs and data/runs/gpu alone: the
+pilots' table, per game the mean return per 100k env steps of every run, the final returns, the paired test,
+docs/figures/fig4_cpu.png and data/fig4_cpu_summary.csv.
 
 The paired test, fixed before seeds 3 and 4 were run. For each game and seed, d = PPO-EWMA's minus PPO's normalised
 return (Procgen's easy-mode constants, analysis.PROCGEN_RANGES) over the last 10% of the env steps (900k-1M); the

@@ -1,7 +1,7 @@
 """Plot training curves: episodic return against env steps and against wall-clock time.
 
-    python experiments/plot.py runs/starpilot__ppo__1__1700000000 runs/starpilot__ppo__2__1700000100 -o ppo.png
-    python experiments/plot.py runs/fig4_quick -o fig4_curves.png --normalize --smooth 10
+    python experiments/plot.py data/runs/starpilot__ppo_ewma__*__17956* -o ppo_ewma.png   # the README's 1M-step runs
+    python experiments/plot.py runs/fig4_quick -o fig4_curves.png --normalize --smooth 10   # after fig4's --quick
 
 Each argument is a run folder (config.json + progress.csv) or any folder containing run folders.
 Runs that share an exp_name, env_id and distribution mode are one curve: the mean over seeds, with a
@@ -82,11 +82,13 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run folders, or folders containing run folders")
-    p.add_argument("-o", "--out", default="returns.png", help="output image (PNG)")
+    p.add_argument("-o", "--out", default="returns.png", help="output image (PNG; default: returns.png)")
     p.add_argument("--normalize", action="store_true", help="Procgen normalised return (Cobbe et al. 2019 constants)")
     p.add_argument("--smooth", type=int, default=1, help="moving average over this many iterations")
     p.add_argument("--spread", choices=("std", "minmax"), default="std", help="shaded spread across seeds")
     args = p.parse_args(argv)
+    if args.smooth < 1:
+        p.error(f"argument --smooth: must be at least 1, got {args.smooth}")
     missing = [path for path in args.paths if not os.path.isdir(path)]
     if missing:
         p.error(f"not a folder: {', '.join(missing)}")

@@ -382,9 +382,10 @@ def sweep_parser(description, epilog=""):
                                          "record folders) alone")
     a("--final-frac", type=FRACTION, default=0.1,
       help="final return = mean over this last fraction of iterations (--cpu tables: of env steps)")
-    a("--smooth", type=COUNT, default=5, help="moving-average window (iterations) for the learning curves")
+    a("--smooth", type=COUNT, default=5, help="moving-average window (iterations) for the learning curves (fig1's "
+                                              "and fig4's --cpu: 100k env steps, fixed)")
     a("--extra", default="", help="more flags for every training command, e.g. --extra=--bf16; not part of a run's "
-                                  "identity: use another --runs-dir when changing them")
+                                  "identity: use another --runs-dir and --committed when changing them")
     a("--quick", action="store_true", help="the CPU-sized preset described below")
     a("--plot-only", action="store_true", help="train nothing: figure and summary from the finished runs")
     a("--dry-run", action="store_true", help="print the commands of the runs still to do, and stop")
@@ -460,11 +461,11 @@ def run_sweep(args, runs, shown=None):
     def steps_left(run):  # a run with a checkpoint goes on from it
         resumable = find_resumable(run, args.runs_dir)
         return run.total_timesteps - (last_global_step(resumable) if resumable else 0)
-    seconds = (sum(cpu_seconds(run, getattr(args, "sps_per_core", None), steps_left(run)) for run in todo)
-               / max(1, min(args.parallel, os.cpu_count() or 1)))
+    at_once = max(1, min(args.parallel, os.cpu_count() or 1, len(todo)))  # one run left runs alone
+    seconds = sum(cpu_seconds(run, getattr(args, "sps_per_core", None), steps_left(run)) for run in todo) / at_once
     print(f"{len(unique_runs(runs))} runs planned, {len(todo)} still to train in {args.runs_dir}"
           + (f" (each copied to {committed} when it finishes)" if committed else "") + "; rough estimate on "
-          f"this kind of 2-core CPU: {format_duration(seconds)} at {args.parallel} in parallel (a GPU is much faster)"
+          f"this kind of 2-core CPU: {format_duration(seconds)} at {at_once} in parallel (a GPU is much faster)"
           + (f"; {args.estimate_note}" if getattr(args, "estimate_note", None) else ""), flush=True)
     args.failed = []
     if args.dry_run:

@@ -219,7 +219,7 @@ def test_bench_speed_refuses_a_count_below_1_in_one_line():
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "tools", "bench_speed.py"), flag, "0"],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
-            "bench_speed.py: error: --num-envs, --num-steps, --iterations and --repeats must be at least 1")
+            f"bench_speed.py: error: argument {flag}: must be at least 1, got 0")
 
 
 # --- adam_state.py --------------------------------------------------------------------------------------
@@ -305,6 +305,9 @@ def test_batch_size_runner_commands():
     ("fig4_ewma_vs_baseline", ["--quick", "--parallel", "0"], "--parallel: must be at least 1, got 0"),
     ("fig1_staleness", ["--cpu", "--staleness-values", "-1"], "--staleness-values: must be at least 0, got -1"),
     ("fig2_batch_size", ["--divisors", "x"], "--divisors: invalid int value: 'x'"),
+    ("fig2_batch_size", ["--quick", "--ablation-divisors", "5"],
+     "--ablation-divisors: each must divide --num-envs (16), got [5]"),
+    ("plot", ["data", "--smooth", "0"], "--smooth: must be at least 1, got 0"),
     ("learning_curve", ["--window", "0"], "--window: must be at least 1, got 0")])
 def test_a_runners_bad_number_is_refused_in_argparses_one_line(runner, argv, message, capsys):
     """A final fraction of 2 printed a table of (-1000k, 1M] and another verdict; a negative staleness planned runs
@@ -378,6 +381,16 @@ def test_cpu_preset_plans_six_ppo_ewma_runs_at_the_scripts_defaults_and_the_offi
     out = capsys.readouterr().out
     assert "6 runs planned, 6 still to train" in out and out.count("ppo_ewma.py --env-id starpilot --seed 1") == 6
     assert "estimate" in out and "h at 2 in parallel" in out
+    # one run left runs alone: its estimate is one run's, not halved
+    assert batch_size.main(["--cpu", "--dry-run", "--divisors", "1", "--variants", "all", "--runs-dir",
+                            str(tmp_path / "runs"), "--committed", str(tmp_path / "committed")]) is None
+    out = capsys.readouterr().out
+    assert "1 runs planned, 1 still to train" in out and " at 1 in parallel" in out
+    # the figure shows the seeds of its own committed runs, not those of the other figures' runs beside them
+    write_run(tmp_path / "committed", "starpilot", "fig2__ppo_ewma__div1", 2, [1.0])
+    write_run(tmp_path / "committed", "starpilot", "ablation__ppo__init", 5, [1.0])
+    args = batch_size.parse_args(["--cpu", "--committed", str(tmp_path / "committed")])
+    assert {run.seed for run in batch_size.shown_runs(args)} == {1, 2}
     # a second seed of C = 1 and C = 16 only
     second = batch_size.build_runs(batch_size.parse_args(["--cpu", "--seeds", "2", "--divisors", "1", "16",
                                                           "--variants", "all"]))

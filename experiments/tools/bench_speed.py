@@ -1,6 +1,6 @@
 """Speed benchmark: how fast each script trains, and how close that is to what this machine allows.
 
-    python experiments/tools/bench_speed.py                  # the four scripts at the default config
+    python experiments/tools/bench_speed.py                  # the four scripts at the default config, 3 iterations
     python experiments/tools/bench_speed.py --options "" " --micro-batch-size 0" " --bf16"  # leading space: not a flag
     python experiments/tools/bench_speed.py --pieces         # env step, forward, update; PPG's aux phase piece by piece
     python experiments/tools/bench_speed.py --micro-sweep 16 32 64 128  # ppo.py's, ppo_ewma.py's update per micro-batch
@@ -17,7 +17,8 @@ the warm-up iteration: convolutions and matmuls, forward and backward) over each
 each comes to what the hardware does, e.g. the aux phase against ppo.py's update.
 With --cleanrl "PYTHON PATH/ppo_procgen.py" CleanRL's script runs too, unmodified, at the same envs and steps (its
 rate from the cumulative `SPS:` it prints after each iteration). Ratios are within one run of this benchmark, on
-the machine its first line names: compare only those.
+the machine its first line names: compare only those. On a 2-core Intel Xeon the first command with --cleanrl
+took 52 min, --pieces 7 min (docs/results.md).
 """
 import argparse
 import csv
@@ -35,7 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # experiments/
 # importing sweep puts ROOT, the scripts' folder, on sys.path
-from sweep import PROCGEN_GAMES, ROOT, SCRIPTS  # noqa: E402
+from sweep import COUNT, NATURAL, PROCGEN_GAMES, ROOT, SCRIPTS  # noqa: E402
 
 
 def run_script(script, options, args, workdir):
@@ -327,28 +328,29 @@ def micro_sweep_mode(args):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=SCRIPTS)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=SCRIPTS, help="default: all four")
     p.add_argument("--options", nargs="+", default=[""],
                    help="option sets to compare, e.g. '' ' --bf16' (start each with a space)")
-    p.add_argument("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME")
-    p.add_argument("--num-envs", type=int, default=64)
-    p.add_argument("--num-steps", type=int, default=256)
-    p.add_argument("--iterations", type=int, default=2, help="measured iterations per run")
-    p.add_argument("--warmup", type=int, default=1, help="iterations skipped at the start of each run")
-    p.add_argument("--repeats", type=int, default=1, help="runs per script, in alternating order; medians over all")
+    p.add_argument("--env-id", default="starpilot", choices=PROCGEN_GAMES, metavar="GAME", help="default: starpilot")
+    p.add_argument("--num-envs", type=COUNT, default=64, help="default: 64, the scripts' default")
+    p.add_argument("--num-steps", type=COUNT, default=256, help="default: 256, the scripts' default")
+    p.add_argument("--iterations", type=COUNT, default=2, help="measured iterations per run (default: 2)")
+    p.add_argument("--warmup", type=NATURAL, default=1, help="iterations skipped at the start of each run (default: 1)")
+    p.add_argument("--repeats", type=COUNT, default=1, help="runs per script, in alternating order; medians over all")
     p.add_argument("--extra", default="",
                    help="more arguments for every run, e.g. --extra=--no-cuda or --extra ' --bf16 --compile'")
     p.add_argument("--cleanrl", metavar="COMMAND", help="also run CleanRL's ppo_procgen.py, e.g. \"python3 "
                                                       "/path/ppo_procgen.py\" (with gym 0.23.1 and tyro there)")
     p.add_argument("--pieces", action="store_true", help="time the pieces instead of whole runs")
-    p.add_argument("--no-cuda", action="store_true", help="with --pieces: stay on the CPU")
-    p.add_argument("--micro-sweep", nargs="+", type=int, metavar="M", help="time the update at these micro-batch sizes")
+    p.add_argument("--no-cuda", action="store_true",
+                   help="with --pieces: stay on the CPU (whole runs: --extra=--no-cuda)")
+    p.add_argument("--micro-sweep", nargs="+", type=NATURAL, metavar="M",
+                   help="time the update at these micro-batch sizes (0: the whole minibatch)")
     if sys.argv[1:2] == ["--child"]:
         return child_main(sys.argv[2], sys.argv[3:])
     args = p.parse_args()
-    if min(args.num_envs, args.num_steps, args.iterations, args.repeats) < 1:
-        p.error("--num-envs, --num-steps, --iterations and --repeats must be at least 1")
     if args.warmup < 1 and not (args.pieces or args.micro_sweep):
         p.error("--warmup must be at least 1: the first iteration counts the FLOPs (the counter slows it)")
     micro_sweep_mode(args) if args.micro_sweep else pieces_mode(args) if args.pieces else runs_mode(args)

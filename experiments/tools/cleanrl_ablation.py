@@ -22,7 +22,7 @@ the other three (stages 1 and 2) and little alone (stage 3): leave one out, each
 the official code's from all four, a new seed per run (3-5); with stage 1 (init left out) it says which groups the
 result needs. Not the 2^(4-1) fractional factorial first planned: its resolution IV aliases pairs of two-group
 interactions (init x mb with vf x gc, ...), and an interaction is what stages 1-3 found.
-Each run takes ~75 min on both cores of the 2-core machine (~220 env steps/s); they run one at a time.
+Each run took 73-147 min on both cores of a 2-core AMD EPYC (medians 218-228 env steps/s; --table), one at a time.
 """
 import argparse
 import os

@@ -2,8 +2,8 @@
 return per window of env steps and of each run's wall time and speed.
 
     python experiments/tools/learning_curve.py          # the README's figure: the four scripts, from data/runs
-    python experiments/tools/learning_curve.py --train  # first train what data/runs lacks (PPO ~75 min, PPG hours)
-    python experiments/tools/learning_curve.py runs/starpilot__ppo*__1__* -o curves.png --smooth-steps 50000
+    python experiments/tools/learning_curve.py --train  # first train what data/runs lacks (PPO 1.3-1.8 h, PPG 4.6-6.3 h)
+    python experiments/tools/learning_curve.py data/runs/starpilot__ppo_ewma__*__17959* --smooth-steps 5325  # 53k steps
 
 Without RUN_DIRs it takes the README's runs from data/runs: the four scripts at today's defaults, StarPilot (easy),
 seeds 1 and 2 (ppg.py and ppg_ewma.py: seed 1), --total-timesteps env steps (1M by default; PPG rounds up to whole
@@ -134,7 +134,7 @@ def main(argv=None):
     p.add_argument("--smooth-steps", type=sweep.COUNT, default=100_000, help="moving average over this many env steps")
     p.add_argument("--window", type=sweep.COUNT, default=100_000, help="the table's windows, in env steps")
     p.add_argument("--total-timesteps", type=sweep.COUNT, default=1_000_000,
-                   help="without RUN_DIRs: the length of the runs to take from data/runs")
+                   help="without RUN_DIRs: the README runs' length (--train trains to it; a longer run is taken whole)")
     p.add_argument("--reference", nargs="+", default=[], metavar="CSV",
                    help="episode logs (global_step, episodic_return) whose window means go beside the runs")
     p.add_argument("--train", action="store_true", help="first train the README's runs that data/runs lacks")
