@@ -371,8 +371,8 @@ def sweep_parser(description, epilog=""):
     a("--num-minibatches", type=COUNT, help="minibatches per epoch (paper: 8)")
     a("--parallel", type=COUNT, help="runs trained at the same time")
     a("--cores-per-run", type=COUNT, help="CPU cores each run is pinned to (default: all cores / --parallel)")
-    a("--runs-dir", help="where the run folders go (default: runs/<figure>_<preset> in the repository); the figure "
-                          "and summary CSV too, unless --out-dir")
+    a("--runs-dir", help="where the run folders go (default: runs/<figure>, runs/<figure>_<preset> for a preset, in "
+                          "the repository); the figure and summary CSV too, unless --out-dir")
     a("--out-dir", help="where the figure and summary CSV go (default: --runs-dir; --cpu: docs/figures, committed)")
     a("--summary-dir", help="where the summary CSV goes (default: --out-dir; --cpu: data, committed)")
     a("--save-model", action="store_true", default=None,
