@@ -2,7 +2,7 @@
 return per window of env steps and of each run's wall time and speed.
 
     python experiments/tools/learning_curve.py          # the README's figure: the four scripts, from data/runs
-    python experiments/tools/learning_curve.py --train  # first train what data/runs lacks (PPO 1.3-1.8 h, PPG 4.6-6.3 h)
+    python experiments/tools/learning_curve.py --train  # train what data/runs lacks (PPO 1.3-1.8 h, PPG 4.6-6.3 h)
     python experiments/tools/learning_curve.py data/runs/starpilot__ppo_ewma__*__17959* --smooth-steps 5325  # 53k steps
 
 Without RUN_DIRs it takes the README's runs from data/runs: the four scripts at today's defaults, StarPilot (easy),
