@@ -17,8 +17,8 @@ the warm-up iteration: convolutions and matmuls, forward and backward) over each
 each comes to what the hardware does, e.g. the aux phase against ppo.py's update.
 With --cleanrl "PYTHON PATH/ppo_procgen.py" CleanRL's script runs too, unmodified, at the same envs and steps (its
 rate from the cumulative `SPS:` it prints after each iteration). Ratios are within one run of this benchmark, on
-the machine its first line names: compare only those. On a 2-core Intel Xeon the first command with --cleanrl
-took 52 min, --pieces 7 min (docs/results.md).
+the machine its first line names: compare only those. On a 2-core Intel Xeon the first command's 3 iterations of
+each script come to about 40 min (derived from the rates in data/bench/both_cores.log, start-up aside).
 """
 import argparse
 import csv
