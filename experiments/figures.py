@@ -6,9 +6,11 @@ setting, final return against a setting, and saving the figure.
     plot_curves_by()  one such curve per value of a tag (staleness, batch divisor, ...)
     plot_final()      final return against a setting, one errorbar line per variant; final_label() its axis
     save_figure()     grid, legends, layout, PNG
+    image_file()      argparse type of an output image: a file name matplotlib can write
 
 The statistics come from analysis.py; matplotlib is imported (Agg backend) only when a figure is drawn.
 """
+import argparse
 import os
 
 import analysis
@@ -25,6 +27,14 @@ def subplots(n, figure, args, seeds=None):
     fig, axes = plt.subplots(1, n, figsize=(max(4.6 * n, 7.5), 4), squeeze=False)  # one panel: room for the title
     fig.suptitle(title, fontsize="medium")
     return fig, list(axes[0])
+
+
+def image_file(text):
+    """-o's type: .png, .pdf, .svg or another format matplotlib writes, checked before anything is drawn."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    if os.path.splitext(text)[1][1:].lower() not in FigureCanvasBase.get_supported_filetypes():
+        raise argparse.ArgumentTypeError(f"must end in .png, .pdf, .svg or another image format, got {text}")
+    return text
 
 
 def save_figure(fig, out):

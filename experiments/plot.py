@@ -82,7 +82,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run folders, or folders containing run folders")
-    p.add_argument("-o", "--out", default="returns.png", help="output image (PNG; default: returns.png)")
+    p.add_argument("-o", "--out", type=figures.image_file, default="returns.png",
+                   help="output image (.png, .pdf, .svg, ...; default: returns.png)")
     p.add_argument("--normalize", action="store_true", help="Procgen normalised return (Cobbe et al. 2019 constants)")
     p.add_argument("--smooth", type=int, default=1, help="moving average over this many iterations")
     p.add_argument("--spread", choices=("std", "minmax"), default="std", help="shaded spread across seeds")

@@ -308,10 +308,14 @@ def test_batch_size_runner_commands():
     ("fig2_batch_size", ["--quick", "--ablation-divisors", "5"],
      "--ablation-divisors: each must divide --num-envs (16), got [5]"),
     ("plot", ["data", "--smooth", "0"], "--smooth: must be at least 1, got 0"),
-    ("learning_curve", ["--window", "0"], "--window: must be at least 1, got 0")])
-def test_a_runners_bad_number_is_refused_in_argparses_one_line(runner, argv, message, capsys):
+    ("learning_curve", ["--window", "0"], "--window: must be at least 1, got 0"),
+    ("plot", ["data", "-o", "curves.txt"], "-o/--out: must end in .png, .pdf, .svg or another image format, got "
+                                           "curves.txt"),
+    ("learning_curve", ["-o", "curves"], "-o/--out: must end in .png, .pdf, .svg or another image format, got curves")])
+def test_a_runners_bad_argument_is_refused_in_argparses_one_line(runner, argv, message, capsys):
     """A final fraction of 2 printed a table of (-1000k, 1M] and another verdict; a negative staleness planned runs
-    that each script then refused: now argparse's line and exit code 2, before anything is planned or written."""
+    that each script then refused; plot.py's -o curves.txt failed in matplotlib after the curves were drawn: now
+    argparse's line and exit code 2, before anything is planned or written."""
     module = load_experiment(runner)
     with pytest.raises(SystemExit) as exit_info:
         getattr(module, "parse_args", module.main)(argv)  # learning_curve.py parses in main

@@ -129,8 +129,9 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="*", metavar="RUN_DIR", help="run folders, or folders holding them (default: the "
                                                                 "README's runs in data/runs, see below)")
-    p.add_argument("-o", "--out", help="output image (PNG); default: docs/figures/learning_1m.png for the README's "
-                                            "runs (it is committed), curves.png for RUN_DIRs")
+    p.add_argument("-o", "--out", type=figures.image_file,
+                   help="output image (.png, .pdf, ...); default: docs/figures/learning_1m.png for the README's runs "
+                        "(it is committed), curves.png for RUN_DIRs")
     p.add_argument("--smooth-steps", type=sweep.COUNT, default=100_000, help="moving average over this many env steps")
     p.add_argument("--window", type=sweep.COUNT, default=100_000, help="the table's windows, in env steps")
     p.add_argument("--total-timesteps", type=sweep.COUNT, default=1_000_000,
