@@ -5,7 +5,8 @@ line that the figure runners (fig1_staleness.py, fig2_batch_size.py, fig4_ewma_v
               find_resumable(), launch_command(), commit(), select_runs(), core_slots(), run_all():
               resumable, P runs at a time, each pinned to its own cores
     CLI       sweep_parser() / parse_sweep_args(): the flags every runner shares, with its presets;
-              base_options(); run_sweep() / sweep_main(): train, then summary CSV and figure
+              base_options(); refuse_what_a_script_would(): every run's flags as its script parses them,
+              before any starts; run_sweep() / sweep_main(): train, then summary CSV and figure
 
 A runner parses its flags, plans its Runs and hands them to sweep_main() with a function that draws its
 figure (figures.py) from the loaded runs and their summary rows (analysis.py).
@@ -26,9 +27,12 @@ folders) alone, so the same command continues a sweep in a fresh checkout whose 
 empty.
 """
 import argparse
+import contextlib
 import csv
 import dataclasses
 import glob
+import importlib
+import io
 import json
 import math
 import os
@@ -457,6 +461,8 @@ def run_sweep(args, runs, shown=None):
         run.extra = shlex.split(args.extra)
     committed, dirs = args.committed, record_dirs(args)
     todo = [run for run in unique_runs(runs) if not any(is_finished(run, d) for d in [args.runs_dir, *dirs])]
+    if not args.plot_only:
+        refuse_what_a_script_would(todo, args.runs_dir)
 
     def steps_left(run):  # a run with a checkpoint goes on from it
         resumable = find_resumable(run, args.runs_dir)
@@ -481,6 +487,21 @@ def run_sweep(args, runs, shown=None):
           + (f" in {' and '.join(dirs)}" if dirs else "") + (f"; {len(args.failed)} failed" if args.failed else ""),
           flush=True)
     return loaded
+
+
+def refuse_what_a_script_would(runs, runs_dir):
+    """Each run's command parsed by its own script before any run starts, so that a sweep does not stop hours in
+    on flags a later run's script refuses (--num-minibatches 7 of 128 steps): argparse's line and exit 2."""
+    for run in runs:
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                importlib.import_module(run.script).parse_args(command(run, runs_dir)[2:])
+        except SystemExit:
+            reason = said.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1]
+            print(f"{os.path.basename(sys.argv[0])}: error: {run.script}.py refuses {run.env_id} {run.exp_name} "
+                  f"seed {run.seed}: {reason}", file=sys.stderr)
+            sys.exit(2)
 
 
 def record_dirs(args):

@@ -337,6 +337,19 @@ def test_plot_only_with_no_runs_says_how_to_train_them_and_writes_nothing(tmp_pa
     assert os.listdir(tmp_path) == []
 
 
+def test_flags_a_script_would_refuse_stop_the_sweep_before_any_run_starts(tmp_path, capsys):
+    """Each script checked its flags only when its run started: --num-minibatches 7 failed every run in turn, and
+    in a sweep whose runs differ (fig2's divisors) a later run could fail hours in. Now: one line, exit 2, nothing
+    written."""
+    runs_dir = tmp_path / "runs"
+    with pytest.raises(SystemExit) as exit_info:
+        load_experiment("fig2_batch_size").main(["--tiny", "--num-minibatches", "3", "--runs-dir", str(runs_dir)])
+    err = capsys.readouterr().err.splitlines()
+    assert exit_info.value.code == 2 and not runs_dir.exists()
+    assert len(err) == 1 and err[0].endswith(": error: ppg_ewma.py refuses starpilot fig2__ppg_ewma__div1 seed 1: "
+                                             "argument --num-minibatches: must divide the 128 steps, got 3")
+
+
 def test_ewma_runner_commands():
     ewma = load_experiment("fig4_ewma_vs_baseline")
     args = ewma.parse_args(["--quick", "--runs-dir", "/tmp/x"])
