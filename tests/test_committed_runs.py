@@ -279,8 +279,8 @@ def test_figure_commands_draw_the_committed_runs(documented):
 
 
 def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed_data(documented):
-    """Every such command prints tables that results.md shows verbatim; and the README's speed table is one of
-    them."""
+    """Every such command prints tables that results.md shows verbatim; and the README's speed and Fig. 1 tables
+    are among them."""
     results = open(os.path.join(ROOT, "docs", "results.md")).read()
     printed = []
     for command, (_, _, out) in documented.items():
@@ -290,8 +290,9 @@ def test_the_tables_in_the_docs_are_what_their_commands_print_from_the_committed
         printed += tables
     assert len(printed) >= 12
     readme = open(os.path.join(ROOT, "README.md")).read()
-    speeds = [t for t in markdown_tables(readme) if t.startswith("| run | env steps | wall time |")]
-    assert speeds and all(t in printed for t in speeds), "README.md's speed table: not what results.md's commands print"
+    for header in ("| run | env steps | wall time |", "| objective | K = 0 |"):
+        shown = [t for t in markdown_tables(readme) if t.startswith(header)]
+        assert shown and all(t in printed for t in shown), f"README.md's {header}: not what the commands print"
 
 
 def test_the_readme_runs_name_todays_defaults():
