@@ -90,7 +90,7 @@ def parse_args(argv=None):
     a("--adv-ewma-decay", type=DECAY, default=0.0, help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
     a("--old-policy", default="behav", choices=("behav", "recent"), help="the data's, or the one before this iteration")
-    a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on the importance weight (App. B); 0 = off")
+    a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on pi_theta/pi_old (App. B); 0 = off")
     a("--staleness", type=NATURAL, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=COUNT, default=1, help="divide --num-envs by C with Section 4's adjustments")
     a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS, help="drop one adjustment (repeatable)")
@@ -418,8 +418,8 @@ def make_batch(rollout, agent, adv_moments, args):
 # --- Losses (PPO: Schulman et al. 2017, eq. 7 and 8) ----------------------------------------------
 def policy_loss(logp, logp_old, advantages, clip_coef, kl_penalty, imp_samp_max):
     """Clipped surrogate (eq. 7) and/or KL penalty (eq. 8), in log space, against one old policy.
-    The importance weight is capped at imp_samp_max (Appendix B; 0 = no cap) by raising its
-    denominator: a capped weight's gradient is then imp_samp_max grad log pi_theta, not 0."""
+    pi_theta/pi_old is capped at imp_samp_max (Appendix B; 0 = no cap) by raising pi_old:
+    a capped ratio's gradient is then imp_samp_max grad log pi_theta, not 0."""
     log_cap = (logp.detach() - math.log(imp_samp_max) if imp_samp_max
                else torch.full_like(logp, -math.inf))
     capped = logp_old < log_cap

@@ -92,7 +92,7 @@ def parse_args(argv=None):
     # the paper's experiments
     a("--prox", default="ewma", choices=("ewma", "recent"), help="prox: the EWMA, or the policy before this iteration")
     a("--beta-prox", type=DECAY, default=0.889, help="EWMA decay d (Table 4): centre of mass 1/(1-d)-1 = 8 Adam steps")
-    a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on the importance weight (App. B); 0 = off")
+    a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on pi_theta/pi_behav (App. B); 0 = off")
     a("--staleness", type=NATURAL, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=COUNT, default=1, help="divide --num-envs by C with Section 4's adjustments")
     a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS, help="drop one adjustment (repeatable)")
@@ -448,8 +448,8 @@ def make_batch(rollout, agent, adv_moments, args):
 def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, imp_samp_max):
     """Section 2: (pi_prox/pi_behav) min(r A, clip(r, 1-eps, 1+eps) A), r = pi_theta/pi_prox, or
     unclipped (pi_theta/pi_behav) A; minus beta KL[prox, theta]. In log space; prox = behav: PPO.
-    The importance weight is capped at imp_samp_max (Appendix B; 0 = no cap) by raising its
-    denominator: a capped weight's gradient is then imp_samp_max grad log pi_theta, not 0."""
+    pi_theta/pi_behav is capped at imp_samp_max (Appendix B; 0 = no cap) by raising pi_behav:
+    a capped ratio's gradient is then imp_samp_max grad log pi_theta, not 0."""
     log_cap = (logp.detach() - math.log(imp_samp_max) if imp_samp_max
                else torch.full_like(logp, -math.inf))
     capped = logp_behav < log_cap

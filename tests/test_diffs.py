@@ -101,7 +101,7 @@ BYTES = {"ppo_ewma.py": 56_000, "ppg_ewma.py": 63_000}  # whole files
 APPENDIX_BYTES = 24_000  # from the APPENDIX banner to the end, the same in all four
 WIDTH, FLAG_LIST_WIDTH = 100, 120  # characters a line; parse_args's flag lines, one flag each, up to 120
 DEFINITION_LINES, CLASS_ATTRIBUTES = 45, 8  # any function or class but parse_args (the flags) and main (the outline)
-DIFF_LINES = {("ppo.py", "ppo_ewma.py"): 84, ("ppg.py", "ppg_ewma.py"): 89}  # changed lines, '-' and '+' together
+DIFF_LINES = {("ppo.py", "ppo_ewma.py"): 87, ("ppg.py", "ppg_ewma.py"): 92}  # changed lines, '-' and '+' together
 
 
 def test_the_scripts_stay_within_their_byte_budgets():
