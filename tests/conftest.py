@@ -33,11 +33,14 @@ LEARNING_COLUMNS = ["iteration", "global_step", "episodic_return", "episodic_len
                     "entropy", "approx_kl", "clipfrac", "adv_mean", "adv_std", "imp_samp_capfrac"]
 
 
+THREADS = min(2, len(os.sched_getaffinity(0)))  # 2 at most, one a core of this process's CPU set, as the scripts count
+
+
 @pytest.fixture(autouse=True)
 def same_threads():
-    """Every test starts on the same threads (2 at most, one a core of this process's CPU set, as the scripts count
-    them), whether or not a test before it ran main(), which takes one a core (setup)."""
-    torch.set_num_threads(min(2, len(os.sched_getaffinity(0))))
+    """Every test starts on THREADS threads, whether or not a test before it ran main(), which takes one a core
+    (setup): a test whose numbers hold only at the thread counts they were measured at pins main() to them too."""
+    torch.set_num_threads(THREADS)
 
 
 def load(name, folder=ROOT):

@@ -7,7 +7,7 @@ optimiser step (a sign, a misaligned action or advantage, a step on the wrong lo
 
 import pytest
 
-from conftest import PPG_SCRIPTS, EchoEnv, load, read_progress
+from conftest import PPG_SCRIPTS, THREADS, EchoEnv, load, read_progress
 
 # (envs, steps, iterations): at CleanRL's defaults the policy starts near uniform; with seeds 1-3, PPO's return passed
 # 0.9 by iteration 10 or 11 of its 16, PPG-EWMA's (8 envs: with 4, one seed stalled near 0.85) by iteration 5 or 6 of 9.
@@ -23,6 +23,7 @@ def test_main_learns_to_echo_the_screen(name, tmp_path, monkeypatch):
     ppg_ewma.py adds to ppg.py: test_diffs.py), about 12 and 19 s of CPU time on one Zen 4 core."""
     script, (envs, steps, iterations) = load(name), SIZES[name]
     monkeypatch.setattr(script, "ProcgenVecEnv", EchoEnv)
+    monkeypatch.setattr(script, "cpu_threads", lambda: THREADS)  # the 1 or 2 threads sampled above, on any machine
     argv = ["--num-envs", str(envs), "--num-steps", str(steps), "--num-minibatches", "4", "--no-cuda",
             "--no-save-model", "--runs-dir", str(tmp_path), "--total-timesteps", str(envs * steps * iterations)]
     argv += ["--n-pi", "3", "--e-aux", "1"] if script.__name__ in PPG_SCRIPTS else []  # 3 policy phases, 3 aux phases

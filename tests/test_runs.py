@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import BATCH, LEARNING_COLUMNS, PPG_SCRIPTS, ROOT, load, run_dirs, run_tiny, tiny_argv
+from conftest import BATCH, LEARNING_COLUMNS, PPG_SCRIPTS, ROOT, THREADS, load, run_dirs, run_tiny, tiny_argv
 from sweep import SCRIPTS
 
 
@@ -81,22 +81,24 @@ COLUMNS = LEARNING_COLUMNS + ["aux_kl", "aux_value_loss", "aux_true_value_loss"]
 
 def learning_of_a_tiny_run(name, folder):
     """The recording's config: real Procgen, 4 envs x 8 steps, 2 minibatches, 2 iterations (PPG: its first phase and
-    aux phase), the defaults otherwise (PPO's 3 policy epochs)."""
+    aux phase), the defaults otherwise (PPO's 3 policy epochs), on THREADS threads on any machine."""
     recorded = ["--num-steps", "8", "--total-timesteps", "64"]  # 2 iterations of 32 env steps
     if name not in PPG_SCRIPTS:
         recorded += ["--update-epochs", "3"]
-    return [{c: row[c] for c in COLUMNS if c in row} for row in run_tiny(name, folder, *recorded)[1]]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(load(name), "cpu_threads", lambda: THREADS)  # main() would take every core
+        return [{c: row[c] for c in COLUMNS if c in row} for row in run_tiny(name, folder, *recorded)[1]]
 
 
 def machine():
     """What the last bits depend on: the CPU (by name, model and instruction sets: a virtual machine's name may
-    stand for several), torch and the kernels it picks, and the threads (one a core this process may use)."""
+    stand for several), torch and the kernels it picks, and the threads (THREADS: the tiny runs are pinned to them)."""
     with open("/proc/cpuinfo") as f:
         first_cpu = f.read().split("\n\n")[0]
     info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first_cpu.splitlines())}
     flags = hashlib.sha256(info.get("flags", "").encode()).hexdigest()[:12]
     cpu = [info.get(k, "") for k in ("model name", "cpu family", "model", "stepping")]
-    threads = f"{len(os.sched_getaffinity(0))} threads"
+    threads = f"{THREADS} threads"
     return " | ".join(cpu + [f"flags {flags}", torch.__version__, torch.backends.cpu.get_cpu_capability(), threads])
 
 
