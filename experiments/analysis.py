@@ -1,7 +1,7 @@
 """What finished runs say: their folders loaded, reduced to learning curves and final returns.
 
     Procgen   PROCGEN_RANGES and normalized_return(): the normalised return, with its source
-    loading   load_runs(): config.json + progress.csv of every run folder under some paths
+    loading   load_runs(): config.json + progress.csv of every run folder under some paths; started()
     curves    smooth(), smooth_over_steps(), curve(), mean_curve(), env_mean_curve() (the paper's: mean over
               games, then over seeds)
     env steps in_steps(), last_steps(), step_windows(), column_mean(), run_diagnostics(): a run's rows
@@ -103,6 +103,13 @@ def find_run_dirs(paths):
 
 def load_runs(paths):
     return [load_run(d) for d in find_run_dirs([paths] if isinstance(paths, str) else paths)]
+
+
+def started(run_dir):
+    """A key under which later-started runs sort later: the Unix time ending the folder's name (the scripts name it
+    so), then its mtime. The same in every checkout, where the mtimes are the checkout's."""
+    suffix = os.path.basename(os.path.normpath(run_dir)).rsplit("__", 1)[-1]
+    return int(suffix) if suffix.isdigit() else 0, os.path.getmtime(run_dir)
 
 
 # Committed runs resumed from a checkpoint that did not hold the games' state, and the first iteration after each such
@@ -348,7 +355,7 @@ def dedupe(runs):
     for run in runs:
         c = run["config"]
         key = (c.get("env_id"), c.get("distribution_mode"), c.get("exp_name"), c.get("seed"))
-        rank = (run["rows"][-1].get("global_step", 0) if run["rows"] else 0, os.path.getmtime(run["dir"]))
+        rank = (run["rows"][-1].get("global_step", 0) if run["rows"] else 0, started(run["dir"]))
         if key not in best or rank > best[key][0]:
             best[key] = (rank, run)
     return [run for _, run in best.values()]

@@ -172,7 +172,7 @@ def last_global_step(run_dir):
 def folders_of(run, runs_dir):
     """(folder, config) of every folder in runs_dir whose config.json is `run`'s configuration, newest first."""
     pattern = os.path.join(runs_dir, f"{run.env_id}__{run.exp_name}__{run.seed}__*")
-    for run_dir in sorted(glob.glob(pattern), key=os.path.getmtime, reverse=True):
+    for run_dir in sorted(glob.glob(pattern), key=analysis.started, reverse=True):
         try:
             with open(os.path.join(run_dir, "config.json")) as f:
                 config = json.load(f)
@@ -237,7 +237,7 @@ def select_runs(runs, *dirs, earliest=False):
         if earliest:
             finished = [d for runs_dir in dirs for d, config in folders_of(run, runs_dir)
                         if last_global_step(d) >= planned_steps(run, config)]
-            run_dir = min(finished, key=lambda d: int(d.rsplit("__", 1)[1]), default=None)
+            run_dir = min(finished, key=analysis.started, default=None)
         else:
             run_dir = next(filter(None, (find_finished(run, d) for d in dirs)), None)
         if run_dir:

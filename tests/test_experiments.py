@@ -515,6 +515,19 @@ def test_finished_runs_are_recognised_and_skipped(tmp_path):
     assert log == [f"skip (finished): starpilot {run.exp_name} seed 1"]
 
 
+def test_the_newest_run_is_the_last_started_by_its_folder_name_not_its_mtime(tmp_path):
+    """A fresh clone's folders have the checkout's mtimes, in any order: which of two finished runs of one
+    configuration is the newest (a sweep's pick, plot.py's curve) comes from the time that ends a folder's name."""
+    run = sweep.Job("ppo", "starpilot", 1, "ppo", 256, {"num_envs": 4, "num_steps": 32})
+    early, late = (os.path.join(str(tmp_path), f"starpilot__ppo__1__{t}") for t in (1795000000, 1796000000))
+    for parent, folder in (("a", early), ("b", late)):
+        os.rename(write_run(tmp_path / parent, "starpilot", "ppo", 1, [1, 2], config={"staleness": 0}), folder)
+    os.utime(late, (1, 1))  # checked out first
+    assert sweep.find_finished(run, str(tmp_path)) == late
+    assert [r["dir"] for r in sweep.select_runs([run], str(tmp_path), earliest=True)] == [early]
+    assert [r["dir"] for r in analysis.dedupe(analysis.load_runs([early, late]))] == [late]
+
+
 def test_a_ppg_run_is_finished_at_the_end_of_its_last_phase_only(tmp_path):
     """PPG rounds a run up to whole phases: asked for 1,000 steps with phases of 2 x 128, it ends at 1,024; at
     1,024 - 128 it has passed 1,000 but not had its last aux phase, so it resumes rather than counting as done."""
