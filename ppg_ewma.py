@@ -101,7 +101,7 @@ def parse_args(argv=None):
     a("--staleness", type=NATURAL, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=COUNT, default=1, help="divide --num-envs by C with Section 4's adjustments")
     a("--no-adjust", action="append", default=[], choices=ADJUSTMENTS, help="drop one adjustment (repeatable)")
-    a("--adam-beta-adjust", action="store_true", help="raise the policy Adam's betas to the power 1/C (Appendix D)")
+    a("--adam-beta-adjust", action="store_true", help="raise the policy-phase Adam's betas to the power 1/C (App. D)")
     # long runs, watching and testing the agent, speed
     a("--save-model", action=yes_no, default=True, help="checkpoint every --save-interval aux phases and at the end")
     a("--save-interval", type=COUNT, default=1, help="aux phases between checkpoints")
