@@ -30,23 +30,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SCRIPT = os.path.basename(__file__)
-# Procgen: procgen-gym on Python 3.13 (numpy 2); on 3.11 and 3.12 procgen-mirror (the original,
-# gym3, numpy < 2), given procgen-gym's reset() -> (obs, info), step(a)[:3] -> (obs, reward, first)
-try:
-    import procgen_gym as procgen
-    ProcgenGames = procgen.ProcgenVecEnv
-except ImportError:
-    with contextlib.redirect_stderr(io.StringIO()):  # old gym prints a notice of its own end
-        import procgen
-
-    class ProcgenGames(procgen.ProcgenGym3Env):
-        def reset(self):
-            return self.observe()[1]["rgb"], {}
-
-        def step(self, actions):
-            self.act(actions)
-            reward, obs, first = self.observe()
-            return obs["rgb"], reward, first
 
 
 # --- Arguments ------------------------------------------------------------------------------------
@@ -178,9 +161,9 @@ NUM_ACTIONS = 15  # every Procgen game has the same 15 actions
 
 
 class ProcgenVecEnv:
-    """num_envs Procgen games, stepped together. An env resets inside the step that ends its episode
-    (obs: the next level's first frame); a time-out is an end too, as officially. It sums episodes
-    for the log."""
+    """num_envs Procgen games (ProcgenGames: appendix), stepped together. An env resets inside the
+    step that ends its episode (obs: the next level's first frame); a time-out is an end too, as
+    officially."""
     def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
         self.games = ProcgenGames(num_envs, env_name=env_id, distribution_mode=distribution_mode,
                                   num_levels=num_levels, start_level=start_level, rand_seed=seed,
@@ -218,8 +201,8 @@ class ProcgenVecEnv:
 def normed(layer, scale):
     """--init normed (the official code's): each output unit's weights scaled to norm `scale`."""
     with torch.no_grad():
-        layer.weight.mul_(
-            scale / layer.weight.flatten(1).norm(dim=1).view(-1, *[1] * (layer.weight.dim() - 1)))
+        rows = layer.weight.view(len(layer.weight), -1)  # a row per output unit, in place
+        rows.mul_(scale / rows.norm(dim=1, keepdim=True))
         layer.bias.zero_()
     return layer
 
@@ -270,7 +253,8 @@ class ImpalaCNN(nn.Module):
     def forward(self, obs):
         with torch.autocast(obs.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             x = obs.permute(0, 3, 1, 2).float() / 255.0  # observations stay uint8 until here
-            return F.relu(self.dense(F.relu(self.stages(x).flatten(1)))).float()
+            x = F.relu(self.stages(x).flatten(1))
+            return F.relu(self.dense(x)).float()
 
 
 class PolicyNetwork(nn.Module):
@@ -350,8 +334,8 @@ def new_rollout(num_steps, num_envs, device):
 
 @torch.no_grad()
 def collect_rollout(envs, agent, num_steps, device):
-    """Run the behaviour policy (the current network) num_steps more steps in every env. The rollout
-    carries the frame after it too (to bootstrap from); the log, its finished episodes."""
+    """Run the behaviour policy (the current network) num_steps more steps in every env. Returns the
+    rollout, with the frame after it (to bootstrap from), and the log of its finished episodes."""
     rollout = new_rollout(num_steps, envs.num_envs, device)
     log = {"episode_returns": [], "episode_lengths": []}
     next_obs = torch.from_numpy(envs.obs).to(device)
@@ -365,7 +349,7 @@ def collect_rollout(envs, agent, num_steps, device):
         action = torch.multinomial(F.softmax(logits, dim=-1), 1).squeeze(-1)
         rollout["actions"][t] = action
         rollout["values"][t] = value
-        rollout["logp_behav"][t] = log_prob(logits, action)  # pi_behav(a_t|s_t), stored for later
+        rollout["logp_behav"][t] = log_prob(logits, action)  # pi_behav(a_t|s_t)
         # the one host sync per step
         obs, reward, first, (returns, lengths) = envs.step(action.cpu().numpy())
         rollout["rewards"][t] = torch.from_numpy(reward).to(device)
@@ -439,7 +423,8 @@ class AdvantageMoments(nn.Module):
             self.register_buffer(name, torch.zeros((), dtype=torch.float64))
 
     def forward(self, advantages):
-        x = advantages.double()  # every worker's advantages count, as in the official code
+        x = advantages.double()
+        # all workers' advantages, as in the official code
         count, total, total_sq = all_reduce_sum(
             torch.stack([x.new_tensor(x.numel()), x.sum(), (x * x).sum()]))
         self.weight = self.decay * self.weight + count
@@ -476,11 +461,11 @@ def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, 
     unclipped (pi_theta/pi_behav) A; minus beta KL[prox, theta]. In log space; prox = behav: PPO.
     pi_theta/pi_behav is capped at imp_samp_max (Appendix B; 0 = no cap) by raising pi_behav:
     a capped ratio's gradient is then imp_samp_max grad log pi_theta, not 0."""
-    log_cap = (logp.detach() - math.log(imp_samp_max) if imp_samp_max
-               else torch.full_like(logp, -math.inf))
-    capped = logp_behav < log_cap
+    floor = (logp.detach() - math.log(imp_samp_max) if imp_samp_max
+             else torch.full_like(logp, -math.inf))
+    capped = logp_behav < floor
     # exp(logp - this) = min(pi_theta/pi_behav, imp_samp_max)
-    logp_behav_capped = torch.maximum(logp_behav, log_cap)
+    logp_behav_capped = torch.maximum(logp_behav, floor)
     logratio = logp - logp_prox  # log r_t(theta), against the proximal policy
     pg_losses = -advantages * torch.exp(logp - logp_behav_capped)
     if clip_coef > 0:
@@ -719,7 +704,7 @@ def main(argv=None):
             ewma.reset(agent.policy)  # at the start of every policy phase (Appendix A)
         seconds = time.time() - started  # this iteration's training: its speed, evaluation apart
         if args.eval_episodes and due(iteration, args.eval_interval, num_iterations):
-            stats |= evaluate_held_out(args, agent, iteration)  # on held-out levels
+            stats |= evaluate_held_out(args, agent, iteration)
         if args.capture_video and due(iteration, args.video_interval, num_iterations):
             save_video(args, agent, run_dir, iteration)  # a GIF of one episode
         row = log_iteration(run_dir, args, device, iteration, num_iterations, stats, rollout_log,
@@ -737,6 +722,25 @@ def main(argv=None):
 # ==================================================================================================
 # APPENDIX: the machinery. The same in all four scripts; the algorithm is complete above.
 # ==================================================================================================
+# Procgen: procgen-gym on Python 3.13 (numpy 2); on 3.11 and 3.12 procgen-mirror (gym3, numpy < 2,
+# the original) wrapped in procgen-gym's reset() -> (obs, info), step(a)[:3] -> (obs, reward, first)
+try:
+    import procgen_gym as procgen
+    ProcgenGames = procgen.ProcgenVecEnv
+except ImportError:
+    with contextlib.redirect_stderr(io.StringIO()):  # old gym prints a notice of its own end
+        import procgen
+
+    class ProcgenGames(procgen.ProcgenGym3Env):
+        def reset(self):
+            return self.observe()[1]["rgb"], {}
+
+        def step(self, actions):
+            self.act(actions)
+            reward, obs, first = self.observe()
+            return obs["rgb"], reward, first
+
+
 # --- Argument checks and resume -------------------------------------------------------------------
 def check_args(p, args, epochs):
     """What no one flag's type sees: a batch cut into whole parts, and Section 4's one epoch."""
