@@ -131,8 +131,8 @@ ADJUSTMENTS = ("lr", "prox", "adv", "n_pi")
 def apply_batch_size_invariance(args):
     """Section 4: to divide the batch size by C, divide the envs by C and adjust the rest."""
     c = args.batch_divisor
-    # Appendix B: with fewer envs per worker, the aux phase keeps its minibatch size (N/16 whole
-    # trajectories: 16 N_pi minibatches an epoch at the defaults) and its step size
+    # Table 3's 16 N_pi aux minibatches an epoch, of N/16 trajectories: with C, fewer envs per
+    # worker, the aux phase keeps this minibatch size and its step size (Appendix B)
     args.aux_minibatch_trajs = max(1, args.num_envs // 16)
     args.aux_learning_rate = args.learning_rate
     args.adam_betas = (0.9, 0.999)  # Adam's defaults
@@ -148,7 +148,7 @@ def apply_batch_size_invariance(args):
     if "adv" not in args.no_adjust:
         args.adv_ewma_decay = 1 - 2 / (c * (2 / (1 - args.adv_ewma_decay) - 1) + 1)
     if "n_pi" not in args.no_adjust:
-        args.n_pi *= c  # N_pi x C: a phase's batch stays the same
+        args.n_pi *= c  # N_pi x C keeps the phase batch size (Section 4)
     if args.adam_beta_adjust:
         args.adam_betas = tuple(b ** (1 / c) for b in args.adam_betas)  # Appendix D
 
@@ -499,10 +499,11 @@ def micro_batch_loss(agent, batch, idx, args, ewma, train_pi, train_v):
     loss = 0.0
     terms = {}
     if train_v:
-        terms["value_loss"] = v_loss = value_loss(agent.value(batch["obs"][idx]).squeeze(-1),
-                                                  batch["returns"][idx], batch["values"][idx],
-                                                  args.clip_coef if args.clip_vloss else 0)
+        value = agent.value(batch["obs"][idx]).squeeze(-1)
+        v_loss = value_loss(value, batch["returns"][idx], batch["values"][idx],
+                            args.clip_coef if args.clip_vloss else 0)
         loss = loss + args.vf_coef * v_loss
+        terms["value_loss"] = v_loss
     if train_pi:
         logp_all = F.log_softmax(agent.logits(batch["obs"][idx]), dim=-1)
         logp = logp_all.gather(-1, batch["actions"][idx].unsqueeze(-1)).squeeze(-1)
@@ -568,8 +569,8 @@ def minibatches(args, device):
 
 # --- Auxiliary phase (PPG: Cobbe et al. 2020) -----------------------------------------------------
 class AuxBuffer:
-    """Every trajectory of one policy phase, N_pi x num_envs of num_steps frames, kept as uint8 (at
-    the defaults 6.4 GB; 25.8 GB as float32)."""
+    """PPG's buffer B: every (s_t, V_targ) of one policy phase, N_pi x num_envs trajectories of
+    num_steps steps; frames as uint8 (6.4 GB at the defaults)."""
     def __init__(self, n_pi, num_envs, num_steps, device):
         self.obs = torch.zeros((n_pi * num_envs, num_steps, 64, 64, 3), dtype=torch.uint8,
                                device=device)
@@ -601,8 +602,8 @@ class AuxBuffer:
 
 
 def aux_loss(agent, obs, returns, logp_old, args):
-    """0.5 MSE(aux value) + beta_clone KL[pi_old || pi] + 0.5 MSE(value), and its terms to log;
-    pi_old: the policy as the policy phase ended; returns: its batches' GAE returns."""
+    """PPG's L^joint + L^value: 0.5 MSE(aux value) + beta_clone KL[pi_old || pi] + 0.5 MSE(value),
+    and its terms; pi_old: the policy as the policy phase ended; returns: V_targ (GAE)."""
     logits, aux_value = agent.policy(obs)
     value = agent.value(obs).squeeze(-1)
     logp = F.log_softmax(logits, dim=-1)
@@ -615,11 +616,12 @@ def aux_loss(agent, obs, returns, logp_old, args):
 
 
 def aux_phase(agent, aux_optimizer, aux_buffer, args):
-    """E_aux epochs of aux_loss over the phase's data, in minibatches of whole trajectories."""
-    n = aux_buffer.size
-    device = aux_buffer.obs.device
+    """E_aux epochs of aux_loss on all of B, in minibatches of whole trajectories. Returns the mean
+    losses and its time."""
     start = time.time()
     obs, returns = aux_buffer.take()
+    n = len(obs)
+    device = obs.device
     # pi_old, fixed for the whole phase: no-grad forwards in chunks
     with torch.no_grad():
         logp_old = torch.cat([F.log_softmax(agent.logits(o), -1)
@@ -635,9 +637,9 @@ def aux_phase(agent, aux_optimizer, aux_buffer, args):
             micro = args.micro_batch_size or len(mb_obs)
             aux_optimizer.zero_grad(set_to_none=True)
             for idx in torch.arange(len(mb_obs), device=device).split(micro):
-                loss, losses = aux_loss(agent, mb_obs[idx], mb_returns[idx], mb_logp_old[idx], args)
+                loss, terms = aux_loss(agent, mb_obs[idx], mb_returns[idx], mb_logp_old[idx], args)
                 (loss * (len(idx) / len(mb_obs))).backward()
-                for k, v in losses.items():  # means over its Adam steps
+                for k, v in terms.items():  # means over the phase's Adam steps
                     sums[k] = sums[k] + v.detach() * (len(idx) / (len(mb_obs) * adam_steps))
             average_gradients(agent.parameters())
             aux_optimizer.step()
@@ -701,7 +703,7 @@ def main(argv=None):
         # the policy phase ends: the auxiliary phase (none while --staleness has trained nothing)
         if iteration % args.n_pi == 0 and aux_buffer.size > 0:
             stats |= aux_phase(agent, aux_optimizer, aux_buffer, args)
-            ewma.reset(agent.policy)  # at the start of every policy phase (Appendix A)
+            ewma.reset(agent.policy)  # theta changed a lot in the aux phase (Appendix A)
         seconds = time.time() - started  # this iteration's training: its speed, evaluation apart
         if args.eval_episodes and due(iteration, args.eval_interval, num_iterations):
             stats |= evaluate_held_out(args, agent, iteration)
