@@ -79,7 +79,7 @@ def parse_args(argv=None):
     a("--adv-ewma-decay", type=DECAY, default=0.0, help="EWMA decay of advantage statistics (Section 4)")
     # the paper's experiments
     a("--prox", default="ewma", choices=("ewma", "recent"), help="prox: the EWMA, or the policy before this iteration")
-    a("--beta-prox", type=DECAY, default=0.889, help="EWMA decay d (Table 4): centre of mass 1/(1-d)-1 = 8 Adam steps")
+    a("--beta-prox", type=DECAY, default=0.889, help="decay (Table 4): centre of mass 1/(1-beta_prox)-1 = 8 Adam steps")
     a("--imp-samp-max", type=NON_NEGATIVE, default=100.0, help="cap on pi_theta/pi_behav (App. B); 0 = off")
     a("--staleness", type=NATURAL, default=0, help="train on the rollout collected K iterations ago (Section 5.1)")
     a("--batch-divisor", type=COUNT, default=1, help="divide --num-envs by C with Section 4's adjustments")
@@ -141,7 +141,7 @@ def apply_batch_size_invariance(args):
     args.num_envs //= c
     if "lr" not in args.no_adjust:
         args.learning_rate /= math.sqrt(c)  # Adam step size / sqrt(C) (Section 3.2, Appendix C)
-    # EWMA centre of mass 1/(1-beta_prox)-1, in gradient steps, times C
+    # EWMA centre of mass 1/(1-beta_prox)-1 gradient steps, times C: same in env steps
     if "prox" not in args.no_adjust:
         args.beta_prox = 1 - 1 / (c * (1 / (1 - args.beta_prox) - 1) + 1)
     # effective sample size 2/(1-decay)-1, in iterations, times C (footnote 1)
@@ -301,8 +301,8 @@ def chunked_log_prob(net, obs, actions, chunk=256):
 
 # --- EWMA proximal network (Section 4, Appendix A) ------------------------------------------------
 class EWMA(nn.Module):
-    """theta_prox = (theta_t + b theta_{t-1} + ... + b^t theta_0) / (1 + ... + b^t), b = beta_prox,
-    kept incrementally over the weights after each step (App. A) in a copy of the policy's net."""
+    """theta_prox = (theta_t + b theta_{t-1} + ... + b^t theta_0) / w, w = 1 + b + ... + b^t,
+    b = beta_prox; theta_k: the net's weights after k steps (App. A), value head unused."""
     def __init__(self, net, beta_prox):
         super().__init__()
         self.net = copy.deepcopy(net).requires_grad_(False).eval()
@@ -316,7 +316,7 @@ class EWMA(nn.Module):
 
     @torch.no_grad()
     def update(self, net):
-        """theta_prox <- theta / w_new + beta_prox (w / w_new) theta_prox, one lerp per tensor."""
+        """theta_prox <- theta/w_new + beta_prox (w/w_new) theta_prox: a lerp (weights sum to 1)."""
         w_new = 1 + self.beta_prox * self.w
         for prox, theta in zip(self.net.parameters(), net.parameters()):
             prox.lerp_(theta, float(1 / w_new))
@@ -449,7 +449,7 @@ def make_batch(rollout, agent, adv_moments, args):
     batch = {k: rollout[k].flatten(0, 1) for k in ("obs", "actions", "logp_behav", "values")}
     batch.update(advantages=advantages.flatten(), returns=returns.flatten(), adv_mean=adv_mean,
                  adv_std=adv_std)
-    # Section 5.1: prox = recent is the policy before this iteration: its log-probs are fixed here
+    # Section 5.1: prox = recent, the policy before this iteration, doesn't move: log-probs once
     batch["logp_recent"] = (chunked_log_prob(agent, batch["obs"], batch["actions"])
                             if args.prox == "recent" else None)
     return batch
@@ -508,7 +508,7 @@ def micro_batch_loss(agent, batch, idx, args, ewma, train_pi, train_v):
         logp_all = F.log_softmax(agent.logits(batch["obs"][idx]), dim=-1)
         logp = logp_all.gather(-1, batch["actions"][idx].unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-        with torch.no_grad():  # prox: the EWMA weights as they are at this optimiser step
+        with torch.no_grad():  # pi_prox: the EWMA before this step's update (App. A)
             logp_prox = (log_prob(ewma.net.logits(batch["obs"][idx]), batch["actions"][idx])
                          if args.prox == "ewma" else batch["logp_recent"][idx])
         pg_loss, diagnostics = policy_loss(
