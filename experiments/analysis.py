@@ -25,9 +25,9 @@ import numpy as np
 # Source: K. Cobbe, C. Hesse, J. Hilton, J. Schulman, "Leveraging Procedural Generation to Benchmark
 # Reinforcement Learning" (ICML 2020, arXiv:1912.01588), appendix table of normalisation constants
 # (R_min, R_max) per game and distribution mode. The normalised return is (R - R_min) / (R_max - R_min);
-# Hilton et al. (the batch size-invariance paper) report it on hard mode. The paper itself was not at
-# hand when this was written: every value of each column was checked against two independent
-# third-party transcriptions of that table (one of them, in code citing arXiv:1912.01588, lists both).
+# Hilton et al. (the batch size-invariance paper) report it on hard mode. Every value of each column
+# is checked against two independent third-party transcriptions of that table (one of them, in code
+# citing arXiv:1912.01588, lists both), not against the paper itself.
 PROCGEN_RANGES = {
     "hard": {
         "coinrun": (5.0, 10.0), "starpilot": (1.5, 35.0), "caveflyer": (2.0, 13.4), "dodgeball": (1.5, 19.0),

@@ -23,7 +23,7 @@ Paper settings (the defaults): ppg_ewma.py, 16 games, hard, 3 seeds, 100M env st
 workers x 64) x 256 steps, 8 minibatches, N_pi 32, E_aux 6, divisors 1 4 16 64 256 (down to a single
 env). GPU-days per run.
 
---quick (CPU, 44 min measured on the 2-core dev machine, 2 runs at a time on 1 core each):
+--quick (CPU, 44 min measured on a 2-core CPU, 2 runs at a time on 1 core each):
 starpilot, easy, seeds 1 2, --num-envs 16 --num-steps 64 --num-minibatches 8 --n-pi 2 (a PPG phase is
 2,048 env steps at every C, as N_pi is scaled by C), divisors 1 4 16, ablations at 16 only, variants
 all/no-lr/no-prox/no-adv, 12,288 steps (6 phases) per run: 12 ppg_ewma.py runs of 7-8 min each
@@ -33,7 +33,7 @@ second seed shows how far apart one setting's runs land at this scale.
 --cpu (batch size-invariance you can see on a CPU): ppo_ewma.py --update-epochs 1 on starpilot, easy, seed 1, 1M
 env steps, the scripts' default 64 envs x 256 steps and 8 minibatches; divisors 1 4 16 (64, 16 and 4 envs) with all
 adjustments, and at C = 16 the three ablations: 6 runs with --save-model, 2 at a time (one core each on the 2-core
-dev machine), into runs/fig2_cpu: 41 to 145 min a run there, measured (C = 1: 71 min, C = 16: 114), about 6 h in
+AMD EPYC, Zen 4), into runs/fig2_cpu: 41 to 145 min a run there, measured (C = 1: 71 min, C = 16: 114), about 6 h in
 all (derived; the printed estimate says how it is made). Each run, as soon as it finishes, has its config.json and
 progress.csv copied to data/runs/<run folder>/ (--committed); runs finished there are skipped and an interrupted
 run goes on from its checkpoint, so the same command continues the sweep in a later session;

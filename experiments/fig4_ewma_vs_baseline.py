@@ -14,7 +14,7 @@ the iterations (default 10%).
 Paper settings (the defaults): 16 games, hard, 4 seeds, 100M env steps, 256 envs x 256 steps,
 8 minibatches, PPO 3 epochs, PPG N_pi 32 / E_aux 6, beta_prox 0.889. 256 runs, GPU-days each.
 
---quick (CPU, about 30 min estimated on the 2-core dev machine, 2 runs at a time on 1 core each):
+--quick (CPU, about 30 min estimated on a 2-core CPU, 2 runs at a time on 1 core each):
 starpilot, easy, seed 1, --num-envs 16 --num-steps 64 --num-minibatches 8 (1,024 steps per
 iteration), PPG --n-pi 8 (a phase = 8,192 steps), 32,768 steps (32 iterations, 4 PPG phases) per run:
 measured one at a time on one core: ppg_ewma.py 24 min, ppg.py 20 min (the auxiliary phase dominates),
@@ -26,24 +26,23 @@ Checks the pipeline only; the EWMA's effect (small, consistent over 100M steps) 
 environments" in its own (the Procgen paper's) order, so the untuned eight are leaper, maze, bigfish, heist, climber,
 plunder, ninja and bossfight (UNTUNED). A pilot ranks them before any comparison run: ppo.py, seed 1, 16 iterations
 (262,144 env steps) on each; the rise of a pilot is its normalised return (easy-mode constants) over its last 3
-iterations minus its first 3. Ninja and plunder come first (the top two when five of the eight had pilots); then the two
-other games whose pilots rise most. Each pilot is the first 16 iterations of its game's ppo.py seed-1 run, which goes on
-from the pilot's checkpoint where it is at hand (else it starts anew). StarPilot, a tuned game, is shown apart: the
-README's runs, seeds 1-2 (--envs names the tuned game; the compared games are the pilots' pick). One run at a time on
-both cores into runs/fig4_cpu (1.3-3.5 h a run, measured; --dry-run estimates what is left), a pair's two runs one after
-the other, each copied to data/runs when it finishes (runs there are skipped: the same command continues the sweep in a
-later session). Runs made on a GPU count too, from data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains there,
-eight at a time (--cpu --committed data/runs/gpu --parallel 8). Output, from data/runs and data/runs/gpu alone: the
-pilots' table, per game the mean return per 100k env steps of every run, the final returns, the paired test,
-docs/figures/fig4_cpu.png and data/fig4_cpu_summary.csv.
+iterations minus its first 3. The compared games are the four whose pilots rise most. Each pilot is the first 16
+iterations of its game's ppo.py seed-1 run, which goes on from the pilot's checkpoint where it is at hand (else it
+starts anew). StarPilot, a tuned game, is shown apart: the README's runs, seeds 1-2 (--envs names the tuned game; the
+compared games are the pilots' pick). One run at a time on both cores into runs/fig4_cpu (1.3-3.5 h a run, measured;
+--dry-run estimates what is left), a pair's two runs one after the other, each copied to data/runs when it finishes
+(runs there are skipped: the same command continues the sweep in a later session). Runs made on a GPU count too, from
+data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains there, eight at a time (--cpu --committed data/runs/gpu
+--parallel 8). Output, from data/runs and data/runs/gpu alone: the pilots' table, per game the mean return per 100k env
+steps of every run, the final returns, the paired test, docs/figures/fig4_cpu.png and data/fig4_cpu_summary.csv.
 
-The paired test, fixed before seeds 3 and 4 were run. For each game and seed, d = PPO-EWMA's minus PPO's normalised
-return (Procgen's easy-mode constants, analysis.PROCGEN_RANGES) over the last 10% of the env steps (900k-1M); the
-two runs of a pair share the seed, so the same first levels and initial weights. Over all pairs of the untuned games:
-the mean of d, its standard error and its two-sided 95% interval (Student's t, n - 1 degrees of freedom). Verdict:
-"ahead" if the interval lies above 0, "behind" if it lies below 0, "level" otherwise; per game the same rule over its
-seeds. The sign test (the positive d among the non-zero ones, two-sided, against 1/2) is printed beside it, as the
-paper's "all of the last 8" counts signs; it decides nothing.
+The paired test, fixed before every run but ninja's and plunder's seeds 1-2. For each game and seed, d = PPO-EWMA's
+minus PPO's normalised return (Procgen's easy-mode constants, analysis.PROCGEN_RANGES) over the last 10% of the env
+steps (900k-1M); the two runs of a pair share the seed, so the same first levels and initial weights. Over all pairs of
+the untuned games: the mean of d, its standard error and its two-sided 95% interval (Student's t, n - 1 degrees of
+freedom). Verdict: "ahead" if the interval lies above 0, "behind" if it lies below 0, "level" otherwise; per game the
+same rule over its seeds. The sign test (the positive d among the non-zero ones, two-sided, against 1/2) is printed
+beside it, as the paper's "all of the last 8" counts signs; it decides nothing.
 
 Resumable: finished runs (exp_name fig4__<script>; with --cpu <script>, or the README's names on StarPilot;
 matching config, progress reaching --total-timesteps) are skipped.

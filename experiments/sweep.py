@@ -84,8 +84,8 @@ def readme_runs(total_timesteps=1_000_000, scripts=SCRIPTS):
                 {"save_model": True, **DEFAULTS[script]}) for script in scripts for seed in README_SEEDS[script]]
 
 
-# Flags added after some committed runs were made, with the value those runs had (each flag's first default kept the
-# earlier behaviour): a config.json without the key is read as having it.
+# Flags that older committed runs' config.json lack, with the value those runs ran at: a config.json without the key
+# is read as having it.
 ADDED = {k: OFFICIAL_CODE[k] for k in ("clip_vloss", "adam_eps", "norm_reward_gamma", "init")}
 
 
@@ -272,7 +272,7 @@ def unique_runs(runs):
 
 
 def cpu_seconds(run, sps_per_core=None, steps=None):
-    """Rough single-core seconds that `run` (or `steps` of its env steps) takes on the 2-core dev machine, for
+    """Rough single-core seconds that `run` (or `steps` of its env steps) takes on a 2-core CPU, for
     ordering and estimates; sps_per_core: a preset's own speeds per script, over CPU_SPS_PER_CORE.
 
     Smaller batches cost more per step (per-call overhead): measured ~1.4x at 16 times fewer envs."""
@@ -337,7 +337,7 @@ def run_all(runs, runs_dir, parallel=1, cores_per_run=None, python=None, log=pri
     return failed
 
 # --- Command line shared by the runners ----------------------------------------------------------------
-# Rough env-steps/s of one run pinned to one core of the 2-core dev machine at 16 envs x 64 steps
+# Rough env-steps/s of one run pinned to one core of a 2-core CPU at 16 envs x 64 steps
 # (measured with the other core busy; a free machine is somewhat faster). Only for the printed estimate.
 CPU_SPS_PER_CORE = {"ppo": 130, "ppo_ewma": 90, "ppg": 30, "ppg_ewma": 28}
 TINY = {"envs": ["starpilot"], "seeds": [1], "distribution_mode": "easy", "num_envs": 4, "num_steps": 32,
