@@ -625,7 +625,7 @@ def resume_args(p, argv, args):
         free = ", ".join("--" + k.replace("_", "-") for k in FREE)
         p.error(f"argument --{refused[0].replace('_', '-')}: --{flag} keeps the run's "
                 f"configuration (only {free} may be given)")
-    kept = {k: v for k, v in config.items() if k not in ("micro_batch_size", "resume", "evaluate")}
+    kept = {k: v for k, v in config.items() if k not in ("micro_batch_size", "resume")}
     p.set_defaults(**kept)
     args = p.parse_args(argv)
     if args.total_timesteps < config["total_timesteps"]:
@@ -809,8 +809,7 @@ def save_checkpoint(run_dir, learner, stale_rollouts, iteration, time_s):
     device = next(learner["agent"].parameters()).device
     cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
     rng = {"torch": torch.get_rng_state(), "cuda": cuda}
-    state.update(script=SCRIPT, iteration=iteration, time_s=time_s, rng=rng,
-                 stale_rollouts=list(stale_rollouts))
+    state.update(iteration=iteration, time_s=time_s, rng=rng, stale_rollouts=list(stale_rollouts))
     replace_file(checkpoint_path(run_dir), lambda f: torch.save(state, f), "wb")
 
 
@@ -819,7 +818,7 @@ def load_checkpoint(run_dir, learner, stale_rollouts):
     path = checkpoint_path(run_dir)
     try:  # safe, mapped, onto the CPU from any device: load_state_dict puts each tensor in place
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # missing, truncated, corrupt, or not a checkpoint at all
+    except Exception as e:  # truncated, corrupt, or not a checkpoint at all
         error(f"cannot read {path} ({type(e).__name__}): put back a copy, or start a new run")
     device = next(learner["agent"].parameters()).device
     for name in learner.keys() & state.keys():
