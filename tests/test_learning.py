@@ -14,6 +14,8 @@ from conftest import PPG_SCRIPTS, THREADS, EchoEnv, load, read_progress
 # Another CPU or thread count rounds differently (another draw), and a learned policy's return can dip for an
 # iteration (to 0.64 in PPO's second half): over seeds 1-10 at 1 and 2 threads of each script (40 runs) the mean of
 # the last 2 iterations fell to 0.851 (PPO) and 0.828 (PPG-EWMA), that of the last 4, checked here, to 0.875 (both).
+# The two slips only this test catches (tests/mutations.py) left it at 0.23-0.25 (obs-after-step) and 0.01
+# (advantage-sign), at 1 thread of a Zen 4: 0.5 lies between, far from both.
 SIZES = {"ppo": (4, 16, 16), "ppg_ewma": (8, 16, 9)}
 
 
@@ -30,4 +32,4 @@ def test_main_learns_to_echo_the_screen(name, tmp_path, monkeypatch):
     returns = [float(row["episodic_return"]) for row in read_progress(script.main(argv))]
     assert len(returns) == iterations
     assert returns[0] < 0.2, returns  # collected by the initial policy: about 1/15
-    assert sum(returns[-4:]) / 4 > 0.8, returns
+    assert sum(returns[-4:]) / 4 > 0.5, returns
