@@ -73,7 +73,9 @@ def plot_runs(runs, out, normalize=False, smooth_k=1, spread="std", title=None):
         ax.set_ylabel(ylabel + (f" (smoothed over {smooth_k} iterations)" if smooth_k > 1 else ""))
     shaded = "min-max" if spread == "minmax" else "+- 1 std"
     several = any(len(members) > 1 for members in groups.values())
-    fig.suptitle(title or (f"mean over seeds, shaded: {shaded}" if several else "one seed a curve"))
+    # one game: its name in the title (several: in each curve's label)
+    game = "" if several_envs or not groups else "{1} ({2}): ".format(*next(iter(groups)))
+    fig.suptitle(title or game + (f"mean over seeds, shaded: {shaded}" if several else "one seed per curve"))
     figures.save_figure(fig, out)
     return drawn
 
@@ -101,7 +103,8 @@ def main(argv=None):
     kept = analysis.dedupe(runs)
     for run in runs:
         if all(run["dir"] != k["dir"] for k in kept):
-            print(f"plot.py: left out {run['dir']}: one run per seed in a curve, the furthest (then the newest)",
+            print(f"plot.py: left out {run['dir']}: one run per seed in a curve, the furthest (then the newest); "
+                  "runs of other settings need an --exp-name of their own",
                   file=sys.stderr)
     plot_runs(kept, args.out, args.normalize, args.smooth, args.spread)
     print(f"{len(kept)} run{'s' if len(kept) > 1 else ''} -> {args.out}")

@@ -181,7 +181,7 @@ def test_plot_draws_png_with_seed_groups_and_eval_curve(tmp_path, capsys, monkey
     monkeypatch.setattr(plot.figures, "save_figure", lambda fig, out: titles.append(fig.get_suptitle()))
     plot.plot_runs(analysis.load_runs([a1, a2]), "unused.png", spread="minmax")
     plot.plot_runs(analysis.load_runs([a1]), "unused.png")
-    assert titles == ["mean over seeds, shaded: min-max", "one seed a curve"]
+    assert titles == ["starpilot (easy): mean over seeds, shaded: min-max", "starpilot (easy): one seed per curve"]
     with pytest.raises(SystemExit) as exit_info:
         plot.main([str(tmp_path / "out"), "-o", str(tmp_path / "c.png")])
     assert exit_info.value.code == 2 and "no run folders" in capsys.readouterr().err
@@ -196,7 +196,8 @@ def test_plot_names_the_run_it_leaves_out_keeps_modes_apart_and_refuses_a_run_wi
     assert plot.main([str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "ab.png")])
     out, err = capsys.readouterr()
     assert out.startswith("1 run -> ")
-    assert err == f"plot.py: left out {short}: one run per seed in a curve, the furthest (then the newest)\n"
+    assert err == (f"plot.py: left out {short}: one run per seed in a curve, the furthest (then the newest); runs of "
+                   "other settings need an --exp-name of their own\n")
     labels = plot.plot_runs(analysis.load_runs([str(tmp_path / "b"), hard]), str(tmp_path / "bc.png"))
     assert labels == ["ppo (starpilot, easy), 1 seed", "ppo (starpilot, hard), 1 seed"]  # one seed of each, not 2
     empty = write_run(tmp_path / "d", "starpilot", "ppo", 1, [None, None])
