@@ -143,8 +143,8 @@ LEADS = {("ppo.py", "ppo_ewma.py"): "The paper's change to PPO: the proximal pol
          ("ppo.py", "ppg.py"): "What Phasic Policy Gradient (Cobbe et al. 2020) adds to PPO: separate policy and value "
                                "networks; policy phases of N_pi PPO iterations; after each, an auxiliary phase: E_aux "
                                "epochs over the phase's frames that train the value network and, through an auxiliary "
-                               "value head, the policy network's trunk, while a KL to the policy as the phase ended "
-                               "(weight beta_clone) holds the policy in place.",
+                               "value head, the policy network's trunk, while a KL to the policy as the policy phase "
+                               "ended (weight beta_clone) holds the policy in place.",
          ("ppg.py", "ppg_ewma.py"): "The same change as PPO -> PPO-EWMA, applied to PPG, plus the EWMA reset at the "
                                     "start of every policy phase (Appendix A, second-to-last paragraph)."}
 # where a reader goes at the end of each pair's page
