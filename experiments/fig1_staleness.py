@@ -69,8 +69,9 @@ CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distr
        "extra_runs": [("noclip", 8, 1), ("recent", 8, 2), ("behav", 8, 2), ("decoupled", 8, 2), ("decoupled", 4, 1),
                       ("recent", 4, 1)],
        "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
-       "sps_per_core": {"ppo": 235, "ppo_ewma": 235},
-       "estimate_note": "from ppo.py's runs at K = 0, one at a time on 2 cores (AMD EPYC, Zen 4)"}
+       "sps_per_core": {"ppo": 205, "ppo_ewma": 190},
+       "estimate_note": "the medians of the sps of the committed runs that name the AMD EPYC (Zen 4), one at a "
+                        "time on 2 cores: ppo.py 185-228, ppo_ewma.py --prox recent 190-191"}
 
 
 def parse_args(argv=None):

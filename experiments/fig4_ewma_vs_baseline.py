@@ -26,7 +26,8 @@ Checks the pipeline only; the EWMA's effect (small, consistent over 100M steps) 
 environments" in its own (the Procgen paper's) order, so the untuned eight are leaper, maze, bigfish, heist, climber,
 plunder, ninja and bossfight (UNTUNED). A pilot ranks them before any comparison run: ppo.py, seed 1, 16 iterations
 (262,144 env steps) on each; the rise of a pilot is its normalised return (easy-mode constants) over its last 3
-iterations minus its first 3. The compared games are the four whose pilots rise most. Each pilot is the first 16
+iterations minus its first 3. The compared games are ninja and plunder ("games", picked first: docs/results.md
+says how) and the two others whose pilots rise most ("pick"). Each pilot is the first 16
 iterations of its game's ppo.py seed-1 run, which goes on from the pilot's checkpoint where it is at hand (else it
 starts anew). StarPilot, a tuned game, is shown apart: the README's runs, seeds 1-2 (--envs names the tuned game; the
 compared games are the pilots' pick). One run at a time on both cores into runs/fig4_cpu (1.3-3.5 h a run, measured;
@@ -73,9 +74,9 @@ CPU = {"algorithms": ["ppo", "ppo_ewma"], "envs": ["starpilot"], "tuned_seeds": 
        "total_timesteps": 1_000_000, "distribution_mode": "easy", "num_envs": 64, "num_steps": 256,
        "num_minibatches": 8, "defaults": True, "save_model": True, "committed": sweep.COMMITTED,
        "records": [sweep.COMMITTED, sweep.GPU_RUNS], "out_dir": os.path.join(sweep.ROOT, "docs", "figures"),
-       "summary_dir": sweep.DATA, "sps_per_core": {"ppo": 235, "ppo_ewma": 200},
-       "estimate_note": "from ppo.py's pilots and ppo_ewma.py's README runs, one at a time on 2 cores "
-                        "(AMD EPYC, Zen 4)"}
+       "summary_dir": sweep.DATA, "sps_per_core": {"ppo": 220, "ppo_ewma": 166},
+       "estimate_note": "the medians of the README's 1M-step runs' sps (ppo.py 222 and 218, ppo_ewma.py 167 and "
+                        "166), one at a time on 2 cores (AMD EPYC, Zen 4)"}
 TINY_CPU = {"envs": [], "candidates": ["maze", "heist", "leaper"], "games": ["leaper"], "pick": 1,
             "pilot_iterations": 2, "score_iterations": 1}
 

@@ -275,7 +275,8 @@ def cpu_seconds(run, sps_per_core=None, steps=None):
     """Rough single-core seconds that `run` (or `steps` of its env steps) takes on a 2-core CPU, for
     ordering and estimates; sps_per_core: a preset's own speeds per script, over CPU_SPS_PER_CORE.
 
-    Smaller batches cost more per step (per-call overhead): measured ~1.4x at 16 times fewer envs."""
+    Smaller batches cost more per step (per-call overhead): assumed 1.4x at 16 times fewer envs (fig2's CPU preset
+    says what was measured)."""
     divisor = int(run.options.get("batch_divisor", 1))
     sps = {**CPU_SPS_PER_CORE, **(sps_per_core or {})}[run.script]
     return (run.total_timesteps if steps is None else steps) / sps * (1 + 0.1 * math.log2(divisor))
@@ -386,8 +387,8 @@ def sweep_parser(description, epilog=""):
                                          "record folders) alone")
     a("--final-frac", type=FRACTION, default=0.1,
       help="final return = mean over this last fraction of iterations (--cpu tables: of env steps)")
-    a("--smooth", type=COUNT, default=5, help="moving-average window (iterations) for the learning curves (fig1's "
-                                              "and fig4's --cpu: 100k env steps, fixed)")
+    a("--smooth", type=COUNT, default=5, help="moving-average window (iterations) for the learning curves (a "
+                                              "--cpu preset may fix its own, in env steps)")
     a("--extra", default="", help="more flags for every training command, e.g. --extra=--bf16; not part of a run's "
                                   "identity: use another --runs-dir and --committed when changing them")
     a("--quick", action="store_true", help="the CPU-sized preset described below")

@@ -1,11 +1,12 @@
 """Speed benchmark: how fast each script trains, and how close that is to what this machine allows.
 
-    python experiments/tools/bench_speed.py                  # the four scripts at the default config, 3 iterations
+    python experiments/tools/bench_speed.py                  # the four scripts at the defaults: 1 + 2 iterations
     python experiments/tools/bench_speed.py --options "" " --micro-batch-size 0" " --bf16"  # leading space: not a flag
     python experiments/tools/bench_speed.py --pieces         # env step, forward, update; PPG's aux phase piece by piece
     python experiments/tools/bench_speed.py --micro-sweep 16 32 64 128  # ppo.py's, ppo_ewma.py's update per micro-batch
 
-Runs mode: each script (with each option set) trains for --iterations iterations in its own process;
+Runs mode: each script (with each option set) trains --warmup + --iterations iterations in its own process, in a
+temporary folder (nothing is written here: the tables go to the console);
 the per-iteration `sps` and time split are read back from progress.csv, skipping --warmup iterations.
 With --repeats R every script runs R times, in alternating order (ppo, ppo_ewma, ..., then reversed), and
 each figure is the median over all R x --iterations measured iterations.

@@ -1,27 +1,20 @@
-"""Why ppo.py fell behind CleanRL's ppo_procgen.py after 400k env steps: 1M-step StarPilot runs that switch
-groups of the official code's choices to CleanRL's, committed to data/runs.
+"""Which of four groups of choices, where the official code and CleanRL differ, make ppo.py learn like CleanRL's
+ppo_procgen.py: 1M-step StarPilot runs, each group at either choice, committed to data/runs.
 
     python experiments/tools/cleanrl_ablation.py            # train what data/runs lacks (resumes a cut run), the table
     python experiments/tools/cleanrl_ablation.py --dry-run  # the commands of the runs still to do
     python experiments/tools/cleanrl_ablation.py --table    # train nothing: the table from data/runs
 
-The groups, each either the official code's choice (the defaults of the runs' time) or CleanRL's:
+The groups, each at the official code's choice or CleanRL's (the scripts' defaults):
     mb  minibatches      --minibatch-by env (whole trajectories of 8 envs)  | step (2,048 random steps)
     vf  value weight     --vf-coef 0.5 --no-clip-vloss --norm-reward-gamma 0.99 | 0.25 --clip-vloss 0.999
     gc  grad clip, eps   --max-grad-norm 0 --adam-eps 1e-8                  | 0.5, 1e-5
     init initialisation  --init normed (per-unit weight norms)              | pytorch (orthogonal heads)
 Every run passes every flag of every group, so a run means the same whatever the scripts' defaults become.
-Stage 1: the first three (seed 1) and none (seed 2). Stage 2: all four (seed 1), as stage 1's CleanRL-like run fell
-short of CleanRL while CleanRL's own script, run here as the control (data/cleanrl/), did not; the differences left
-are the initialisation, advantage normalisation per minibatch, reward statistics updated per step and Procgen's
-seeding. Stage 3, as stage 2 learned like CleanRL where stage 1's first run had not: the initialisation alone
-(seed 2, the defaults' second seed), whether it is enough. Stage 4: all four with seed 2, the seed of the defaults'
-and the initialisation's second runs: whether all four learn like CleanRL on a second seed too, which decides
-between the initialisation alone and all four as the new defaults. Stage 5, as the initialisation helped a lot with
-the other three (stages 1 and 2) and little alone (stage 3): leave one out, each of mb, vf and gc switched back to
-the official code's from all four, a new seed per run (3-5); with stage 1 (init left out) it says which groups the
-result needs. Not the 2^(4-1) fractional factorial first planned: its resolution IV aliases pairs of two-group
-interactions (init x mb with vf x gc, ...), and an interaction is what stages 1-3 found.
+The stages (STAGES: the groups at CleanRL's choice, and the seed), each chosen after the one before had run, so the
+runs are not one planned design: 1, mb+vf+gc (seed 1) and none (seed 2); 2, all four (seed 1); 3, init alone (seed
+2); 4, all four (seed 2); 5, leave one out: all four but mb, vf or gc (seeds 3-5), which with stage 1's first run
+(init left out) says which groups the result needs. docs/results.md has the tables and what they show.
 Each run took 73-147 min on both cores of a 2-core AMD EPYC (medians 218-228 env steps/s; --table), one at a time.
 """
 import argparse

@@ -5,14 +5,12 @@ return per window of env steps and of each run's wall time and speed.
     python experiments/tools/learning_curve.py --train  # train what data/runs lacks (PPO 1.3-1.8 h, PPG 4.6-6.3 h)
     python experiments/tools/learning_curve.py data/runs/starpilot__ppo_ewma__*__17959* --smooth-steps 5325  # 53k steps
 
-Without RUN_DIRs it takes the README's runs from data/runs: the four scripts at today's defaults, StarPilot (easy),
-seeds 1 and 2 (ppg.py and ppg_ewma.py: seed 1), --total-timesteps env steps (1M by default; PPG rounds up to whole
-phases: 1,048,576), each made by
-    python ppo.py --env-id starpilot --seed 1 --total-timesteps 1000000 --save-model    (and the other three)
-with sweep.DEFAULTS named on the command line (the flags where the official code and CleanRL differ, at today's
-defaults), so that a run made at earlier defaults is not taken, ppo.py's with the --exp-name of the ablation
-that made them (experiments/tools/cleanrl_ablation.py, all four groups) and ppg.py's with the --exp-name of the
-run that measured the official code's weights in PPG (ppg_init_normed); and it sets CleanRL's return per window
+Without RUN_DIRs it takes the README's runs from data/runs (sweep.readme_runs): the four scripts at the defaults,
+StarPilot (easy), seeds 1 and 2 (ppg.py and ppg_ewma.py: seed 1), --total-timesteps env steps (1M by default; PPG
+rounds up to whole phases: 1,048,576), with the flags where the official code and CleanRL differ named on the
+command line (sweep.DEFAULTS: a run made at other values is not taken) and the --exp-name of the committed runs
+(sweep.README_EXP_NAMES: ppo.py's the ablation's, experiments/tools/cleanrl_ablation.py with all four groups;
+ppg.py's ppg_init_normed); --train makes the missing ones so. Beside them it sets CleanRL's return per window
 beside them: its PPO (two runs on a GPU, analysis.CLEANRL_STARPILOT_1M, and its own script run on this CPU,
 data/cleanrl/) and its PPG (ppg_procgen.py's runs in data/cleanrl/ppg/). --train trains the runs that data/runs
 lacks, one at a time (a cut run resumes from its checkpoint), and commits each there.
