@@ -124,10 +124,10 @@ def test_a_tiny_run_of_each_script_leaves_no_file_unclosed(tiny_runs):
 @pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="the recording names a Linux machine")
 def test_a_tiny_run_of_each_script_learns_exactly_as_recorded(tiny_runs):
     """Bit for bit on the machine the columns were recorded on (`machine()`). Another rounds differently (other
-    kernels): the same code gave the same episodes on an AMD EPYC (Zen 4) and an Intel Xeon, within 1e-3 relative,
-    checked here: 2.5e-4 at most (value_loss, the Zen 4 at 1 thread), but for approx_kl and adv_mean, small
-    differences of near-equal numbers, whose rounding moved them by up to 5.5e-4, as much as a 2% change of
-    `ent_coef` does: they get 1e-2. There `ent_coef` x 1.02 moved the others by up to 2.7e-3 and x 2 by 1.2e-2."""
+    kernels) but plays the same episodes (an AMD EPYC, Zen 4, and an Intel Xeon did): there each column is checked
+    to 1e-3 relative (on the Zen 4 at 1 thread they differed by 2.5e-4 at most, value_loss), but approx_kl and
+    adv_mean, small differences of near-equal numbers, to 1e-2 (their rounding, up to 5.5e-4, is as large as a 2%
+    change of `ent_coef` makes). `ent_coef` x 1.02 still moves other columns by up to 2.7e-3, x 2 by 1.2e-2."""
     recorded = json.load(open(RECORDED))
     floats = lambda row: {c: float(v or "nan") for c, v in row.items()}  # noqa: E731
     rel = {c: 1e-2 if c in ("approx_kl", "adv_mean") else 1e-3 for c in COLUMNS}
