@@ -18,10 +18,10 @@ Paper settings (the defaults): all 16 Procgen games, hard, 4 seeds, 100M env ste
 0 1 2 4 8 16. That is 16 games x 4 seeds x 17 configurations = 1088 runs of 100M steps, GPU-days
 per run: for a cluster or a big GPU machine with --parallel (on a CPU use --quick).
 
---quick (CPU, 33 min measured on a 2-core CPU, 2 runs at a time on 1 core each):
+--quick (CPU, 25 min measured on a 2-core Intel Xeon, 2 runs at a time on 1 core each):
 starpilot, easy, seed 1, staleness 0 2 8, --num-envs 16 --num-steps 64 --num-minibatches 8 (1,024
-steps per iteration), 49,152 steps (48 iterations) per run: 5 ppo.py runs (~6.3 min each) and 3
-ppo_ewma.py runs (~9 min each). Too short to learn much: it checks the pipeline, not the paper's claim.
+steps per iteration), 49,152 steps (48 iterations) per run: 5 ppo.py runs (5.4-6.7 min each) and 3
+ppo_ewma.py runs (6.0-6.9 min each). Too short to learn much: it checks the pipeline, not the paper's claim.
 
 --cpu (the paper's three findings at CPU scale): StarPilot, easy, seed 1, 1M env steps, the scripts' defaults otherwise,
 staleness 0 2 8: the six runs at K = 2 and 8, a control, (b) at K = 8 with --no-clip-vloss (the value loss's clip is

@@ -14,11 +14,10 @@ the iterations (default 10%).
 Paper settings (the defaults): 16 games, hard, 4 seeds, 100M env steps, 256 envs x 256 steps,
 8 minibatches, PPO 3 epochs, PPG N_pi 32 / E_aux 6, beta_prox 0.889. 256 runs, GPU-days each.
 
---quick (CPU, about 30 min estimated on a 2-core CPU, 2 runs at a time on 1 core each):
+--quick (CPU, 24 min measured on a 2-core Intel Xeon, 2 runs at a time on 1 core each):
 starpilot, easy, seed 1, --num-envs 16 --num-steps 64 --num-minibatches 8 (1,024 steps per
 iteration), PPG --n-pi 8 (a phase = 8,192 steps), 32,768 steps (32 iterations, 4 PPG phases) per run:
-measured one at a time on one core: ppg_ewma.py 24 min, ppg.py 20 min (the auxiliary phase dominates),
-ppo_ewma.py 6 min, ppo.py 4 min.
+ppg_ewma.py and ppg.py 18 min each (the auxiliary phase dominates), ppo_ewma.py 5 min, ppo.py 4 min.
 Checks the pipeline only; the EWMA's effect (small, consistent over 100M steps) is far below this noise.
 
 --cpu (PPO-EWMA against PPO at CPU scale, as the paper's test): ppo.py and ppo_ewma.py at the scripts' defaults, easy,
