@@ -457,8 +457,8 @@ def make_batch(rollout, agent, adv_moments, args):
 
 # --- Losses (decoupled objectives: Section 2) -----------------------------------------------------
 def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, imp_samp_max):
-    """Section 2: (pi_prox/pi_behav) min(r A, clip(r, 1-eps, 1+eps) A), r = pi_theta/pi_prox, or
-    unclipped (pi_theta/pi_behav) A; minus beta KL[prox, theta]. In log space; prox = behav: PPO.
+    """Minus Section 2's (pi_prox/pi_behav) min(r A, clip(r, 1-eps, 1+eps) A), r = pi_theta/pi_prox,
+    or unclipped (pi_theta/pi_behav) A, plus beta KL[prox, theta]. In log space; prox = behav: PPO.
     pi_theta/pi_behav is capped at imp_samp_max (Appendix B; 0 = no cap) by raising pi_behav:
     a capped ratio's gradient is then imp_samp_max grad log pi_theta, not 0."""
     floor = (logp.detach() - math.log(imp_samp_max) if imp_samp_max
@@ -508,7 +508,7 @@ def micro_batch_loss(agent, batch, idx, args, ewma, train_pi, train_v):
         logp_all = F.log_softmax(agent.logits(batch["obs"][idx]), dim=-1)
         logp = logp_all.gather(-1, batch["actions"][idx].unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-        with torch.no_grad():  # pi_prox: the EWMA before this step's update (App. A)
+        with torch.no_grad():  # pi_prox: the EWMA before this step (App. A), or --prox recent's
             logp_prox = (log_prob(ewma.net.logits(batch["obs"][idx]), batch["actions"][idx])
                          if args.prox == "ewma" else batch["logp_recent"][idx])
         pg_loss, diagnostics = policy_loss(
