@@ -468,7 +468,9 @@ def run_sweep(args, runs, shown=None):
     def steps_left(run):  # a run with a checkpoint goes on from it
         resumable = find_resumable(run, args.runs_dir)
         return run.total_timesteps - (last_global_step(resumable) if resumable else 0)
-    at_once = max(1, min(args.parallel, os.cpu_count() or 1, len(todo)))  # one run left runs alone
+    # the cores this process may use, as core_slots pins the runs to them; one run left runs alone
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    at_once = max(1, min(args.parallel, cores, len(todo)))
     seconds = sum(cpu_seconds(run, getattr(args, "sps_per_core", None), steps_left(run)) for run in todo) / at_once
     print(f"{len(unique_runs(runs))} runs planned, {len(todo)} still to train in {args.runs_dir}"
           + (f" (each copied to {committed} when it finishes)" if committed else "") + "; rough estimate on "

@@ -365,8 +365,10 @@ def test_ewma_runner_commands():
 CPU_RUNS = {(1, ()), (4, ()), (16, ()), (16, ("lr",)), (16, ("prox",)), (16, ("adv",))}  # (C, --no-adjust)
 
 
-def test_cpu_preset_plans_six_ppo_ewma_runs_at_the_scripts_defaults_and_the_official_codes_choices(tmp_path, capsys):
+def test_cpu_preset_plans_six_ppo_ewma_runs_at_the_scripts_defaults_and_the_official_codes_choices(tmp_path, capsys,
+                                                                                                   monkeypatch):
     batch_size, ppo_ewma = load_experiment("fig2_batch_size"), load("ppo_ewma")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # 2 cores, whatever runs this
     args = batch_size.parse_args(["--cpu"])
     assert args.runs_dir == os.path.join(ROOT, "runs", "fig2_cpu")
     assert (args.parallel, args.save_model, args.smooth_steps) == (2, True, 100_000)
@@ -719,34 +721,37 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
             "--out-dir", str(tmp_path)]
     runs = staleness.build_runs(staleness.parse_args(argv))
     at_0 = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 0}
-    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 11
+    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 12
     assert {r.seed for r in runs if r.tags["staleness"] == 0} == {1, 2}  # the README's two ppo.py runs
     control = sweep.DEFAULTS["ppo_ewma"] | {"clip_vloss": False, "prox": "recent", "staleness": 8}
     controls = [r for r in runs if r.tags == {"variant": "noclip", "staleness": 8}]
-    assert [r.exp_name for r in controls] == ["fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8"]
-    assert all(controls[0].options[k] == v for k, v in control.items())
+    assert [(r.exp_name, r.seed) for r in controls] == [("fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8", s)
+                                                        for s in (1, 2)]
+    assert all(r.options[k] == v for r in controls for k, v in control.items())
     assert all(r.options[k] == v for r in runs if r not in controls for k, v in sweep.DEFAULTS[r.script].items())
     second = {(r.script, r.exp_name) for r in runs if r.seed == 2 and r.tags["staleness"]}  # seed 2 at K = 8
     assert second == {("ppo", "fig1__ppo__old-recent__stale8"), ("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale8"),
-                      ("ppo", "fig1__ppo__old-behav__stale8")}
+                      ("ppo", "fig1__ppo__old-behav__stale8"),
+                      ("ppo_ewma", "fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8")}
     knee = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 4}  # (b) and (a) at K = 4, seed 1
     assert knee == {("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale4"), ("ppo", "fig1__ppo__old-recent__stale4")}
     # 4 iterations of 128: the last tenth is the 4th alone
     returns = {(0, 1): [1.0, 2.0, 3.0, 4.0], (0, 2): [1.0, 2.0, 3.0, 6.0], ("recent", 2): [1.0, 1.0, 1.0, 0.5],
                ("decoupled", 2): [1.0, 2.0, 3.0, 5.0], ("behav", 2): [1.0, 2.0, 2.0, 2.5],
-               ("noclip", 8): [1.0, 1.0, 1.0, 3.0], ("recent", 8): [1.0, 1.0, 1.0, 1.5],
-               ("decoupled", 8): [1.0, 1.0, 1.0, 2.0], ("behav", 8): [1.0] * 4, ("decoupled", 4): [1.0, 1.0, 1.0, 4.0],
-               ("recent", 4): [1.0, 1.0, 1.0, 1.0]}
+               ("noclip", 8, 1): [1.0, 1.0, 1.0, 3.0], ("noclip", 8, 2): [1.0, 1.0, 1.0, 5.0],
+               ("recent", 8): [1.0, 1.0, 1.0, 1.5], ("decoupled", 8): [1.0, 1.0, 1.0, 2.0], ("behav", 8): [1.0] * 4,
+               ("decoupled", 4): [1.0, 1.0, 1.0, 4.0], ("recent", 4): [1.0, 1.0, 1.0, 1.0]}
     for run in sweep.unique_runs(runs):
         key = (0, run.seed) if run.tags["staleness"] == 0 else (run.tags["variant"], run.tags["staleness"])
+        key = (*key, run.seed) if key[0] == "noclip" else key
         write_run(committed, "starpilot", run.exp_name, run.seed, returns[key], config=recorded_config(run))
     figure, summary = staleness.main(argv + ["--plot-only"])
     out = capsys.readouterr().out
     assert "| (a) PPO, old = recent | 5.00 | 0.50 | 1.00 | 1.50 |" in out and os.path.getsize(figure) > 0  # K = 0: 4, 6
     assert "| (b) decoupled, prox = recent | 5.00 | 5.00 | 4.00 | 2.00 |" in out
     assert "| (c) PPO, old = behav | 5.00 | 2.50 |  | 1.00 |" in out
-    assert "| (b) without the value clip |  |  |  | 3.00 |" in out  # the control, at its own K
+    assert "| (b) without the value clip |  |  |  | 4.00 |" in out  # the control, at its own K: 3 and 5
     assert ("| env steps | K=0 (all) seed 1 | K=0 (all) seed 2 | K=2 recent seed 1 | K=2 decoupled seed 1 | "
             "K=2 behav seed 1 | K=4 recent seed 1 | K=4 decoupled seed 1 | K=8 recent seed 2 | K=8 decoupled seed 2 | "
-            "K=8 behav seed 2 | K=8 noclip seed 1 |") in out
-    assert len(list(csv.DictReader(open(summary)))) == 15  # the K = 0 runs once per objective
+            "K=8 behav seed 2 | K=8 noclip seed 1 | K=8 noclip seed 2 |") in out
+    assert len(list(csv.DictReader(open(summary)))) == 16  # the K = 0 runs once per objective
