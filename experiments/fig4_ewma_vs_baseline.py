@@ -29,7 +29,7 @@ iterations minus its first 3. The compared games are ninja and plunder ("games",
 says how) and the two others whose pilots rise most ("pick"). Each pilot is the first 16
 iterations of its game's ppo.py seed-1 run, which goes on from the pilot's checkpoint where it is at hand (else it
 starts anew). StarPilot, a tuned game, is shown apart: the README's runs, seeds 1-2 (--envs names the tuned game; the
-compared games are the pilots' pick). One run at a time on both cores into runs/fig4_cpu (1.3-3.5 h a run, measured;
+compared games are the pilots' pick). One run at a time on both cores into runs/fig4_cpu (1.1-3.5 h a run, measured;
 --dry-run estimates what is left), a pair's two runs one after the other, each copied to data/runs when it finishes
 (runs there are skipped: the same command continues the sweep in a later session). Runs made on a GPU count too, from
 data/runs/gpu: experiments/tools/gpu_check.sh fig4 trains there, eight at a time (--cpu --committed data/runs/gpu
