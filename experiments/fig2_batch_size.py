@@ -23,11 +23,11 @@ Paper settings (the defaults): ppg_ewma.py, 16 games, hard, 3 seeds, 100M env st
 workers x 64) x 256 steps, 8 minibatches, N_pi 32, E_aux 6, divisors 1 4 16 64 256 (down to a single
 env). GPU-days per run.
 
---quick (CPU, 44 min measured on a 2-core CPU, 2 runs at a time on 1 core each):
+--quick (CPU, 50 min measured on a 2-core Intel Xeon, 2 runs at a time on 1 core each):
 starpilot, easy, seeds 1 2, --num-envs 16 --num-steps 64 --num-minibatches 8 --n-pi 2 (a PPG phase is
 2,048 env steps at every C, as N_pi is scaled by C), divisors 1 4 16, ablations at 16 only, variants
-all/no-lr/no-prox/no-adv, 12,288 steps (6 phases) per run: 12 ppg_ewma.py runs of 7-8 min each
-(the auxiliary phase, 6 epochs of both networks, took 67-79% of it). Checks the pipeline only; the
+all/no-lr/no-prox/no-adv, 12,288 steps (6 phases) per run: 12 ppg_ewma.py runs of 7-9 min each
+(the auxiliary phase, 6 epochs of both networks, took 67-80% of it). Checks the pipeline only; the
 second seed shows how far apart one setting's runs land at this scale.
 
 --cpu (batch size-invariance you can see on a CPU): ppo_ewma.py --update-epochs 1 on starpilot, easy, seed 1, 1M
