@@ -18,6 +18,7 @@ from conftest import ROOT, SCRIPTS as NAMES
 
 SCRIPTS = tuple(f"{name}.py" for name in NAMES)
 
+LOSS_FLAGS = "args.clip_coef, args.kl_penalty, args.imp_samp_max)"  # what micro_batch_loss passes policy_loss
 # (name, the line as it is, the line mutated, the test files that should catch it)
 MUTATIONS = [
     ("ewma-no-bias-correction", "prox.lerp_(theta, float(1 / w_new))", "prox.lerp_(theta, 1 - self.beta_prox)",
@@ -74,6 +75,38 @@ MUTATIONS = [
      "        rollout[\"obs\"][t] = next_obs\n        rollout[\"firsts\"][t] = next_first\n"),
     ("advantage-sign", "pg_losses = -advantages * torch.exp(logp - logp_",
      "pg_losses = advantages * torch.exp(logp - logp_", ["test_learning.py"]),
+    ("firsts-after-step", "        rollout[\"firsts\"][t] = next_first\n", "", ["test_gae.py"],
+     "        next_first = torch.from_numpy(first).to(device)\n",
+     # the flag of the frame after the action
+     "        next_first = torch.from_numpy(first).to(device)\n        rollout[\"firsts\"][t] = next_first\n"),
+    ("gamma-is-the-normalisers", "rollout[\"next_first\"], args.gamma,",
+     "rollout[\"next_first\"], args.norm_reward_gamma,", ["test_gae.py"]),
+    ("gae-lambda-ignored", "args.gae_lambda)", "0.95)", ["test_gae.py"]),
+    ("old-policy-recent-ignored", "logp, batch[\"logp_old\"][idx], batch[\"advantages\"][idx],",
+     "logp, batch[\"logp_behav\"][idx], batch[\"advantages\"][idx],", ["test_knobs.py"]),
+    ("prox-recent-ignored", "else batch[\"logp_recent\"][idx])", "else batch[\"logp_behav\"][idx])", ["test_knobs.py"]),
+    ("clip-coef-ignored", LOSS_FLAGS, "0.2, args.kl_penalty, args.imp_samp_max)", ["test_knobs.py"]),
+    ("kl-penalty-ignored", LOSS_FLAGS, "args.clip_coef, 0.0, args.imp_samp_max)", ["test_knobs.py"]),
+    ("imp-samp-max-ignored", LOSS_FLAGS, "args.clip_coef, args.kl_penalty, 0)", ["test_knobs.py"]),
+    ("clip-vloss-ignored", "args.clip_coef if args.clip_vloss else 0)", "args.clip_coef)", ["test_objectives.py"]),
+    ("adam-betas-ignored", "lr=args.learning_rate, betas=args.adam_betas,", "lr=args.learning_rate,",
+     ["test_reward_norm.py"]),
+    ("aux-lr-is-the-policys", "lr=args.aux_learning_rate,", "lr=args.learning_rate,", ["test_reward_norm.py"]),
+    ("aux-adam-without-the-value-network", "aux_optimizer = torch.optim.Adam(agent.parameters(),",
+     "aux_optimizer = torch.optim.Adam(agent.policy.parameters(),", ["test_ppg.py"]),
+    ("adv-ewma-decay-ignored", "AdvantageMoments(args.adv_ewma_decay).to(device)", "AdvantageMoments(0.0).to(device)",
+     ["test_reward_norm.py"]),
+    ("zero-grad-per-micro-batch", "            optimizer.zero_grad(set_to_none=True)\n"
+     "            # gradient accumulation: the same gradient as one pass over mb\n"
+     "            for idx in mb.split(micro):\n",
+     "            for idx in mb.split(micro):\n                optimizer.zero_grad(set_to_none=True)\n",
+     ["test_speed.py"]),
+    ("aux-zero-grad-per-micro-batch", "            aux_optimizer.zero_grad(set_to_none=True)\n"
+     "            for idx in torch.arange(len(mb_obs), device=device).split(micro):\n",
+     "            for idx in torch.arange(len(mb_obs), device=device).split(micro):\n"
+     "                aux_optimizer.zero_grad(set_to_none=True)\n", ["test_ppg.py"]),
+    ("zero-grads-not-none", "            optimizer.zero_grad(set_to_none=True)\n",
+     "            optimizer.zero_grad(set_to_none=False)\n", ["test_ppg.py"]),
 ]
 
 

@@ -641,11 +641,15 @@ def test_t_quantiles_and_the_paired_test_by_hand():
     assert (test["low"], test["high"]) == (pytest.approx(0.1375 - 3.1824 * sem, abs=1e-4),
                                           pytest.approx(0.1375 + 3.1824 * sem, abs=1e-4))
     assert (test["verdict"], test["positive"], test["signed"], test["sign_p"]) == ("level", 3, 4, 0.625)
-    # all eight above 0 and tight: ahead, p = 2 / 2**8; the mirror image behind; a zero drops out of the sign test
+    # all eight above 0 and tight: ahead, p = 2 / 2**8; four below: behind, the same p (two-sided); a zero drops out
+    # of the sign test (2 of 2: p = 2 / 2**2); an even split's doubled tail, 2 x 3/4, is capped at 1
     assert analysis.paired_test([0.1, 0.12, 0.09, 0.11, 0.1, 0.13, 0.08, 0.1])["verdict"] == "ahead"
-    assert analysis.paired_test([-0.1, -0.12, -0.09, -0.11])["verdict"] == "behind"
+    below = analysis.paired_test([-0.1, -0.12, -0.09, -0.11])
+    assert (below["verdict"], below["positive"], below["sign_p"]) == ("behind", 0, 2 / 2 ** 4)
     assert analysis.paired_test([1.0] * 8)["sign_p"] == 2 / 2 ** 8
-    assert analysis.paired_test([0.0, 1.0, 2.0])["signed"] == 2
+    with_zero = analysis.paired_test([0.0, 1.0, 2.0])
+    assert (with_zero["signed"], with_zero["positive"], with_zero["sign_p"]) == (2, 2, 0.5)
+    assert analysis.paired_test([0.1, -0.1])["sign_p"] == 1.0
     assert analysis.paired_test([0.3])["verdict"] == "level"  # one pair: no interval
 
 

@@ -1,9 +1,10 @@
-"""GAE (Schulman et al. 2015) against a plain per-environment loop, episode boundaries included."""
+"""GAE (Schulman et al. 2015) against a plain per-environment loop, episode boundaries included; and the rollout
+that feeds it: each stored frame beside its own action, value, reward and episode start."""
 import numpy as np
 import pytest
 import torch
 
-from conftest import load
+from conftest import StatelessEnv, load
 
 
 def reference_gae(rewards, values, firsts, next_value, next_first, gamma, lam):
@@ -60,9 +61,10 @@ def test_gae_by_hand_three_steps_with_an_episode_end():
 @pytest.mark.parametrize("name", ["ppo", "ppg_ewma"])
 def test_bootstrap_value_is_the_current_networks(name):
     """As the official code: a (possibly stale) rollout's last value is recomputed by the network being trained,
-    the other values are those stored at collection."""
+    the other values are those stored at collection; at the run's --gamma and --gae-lambda."""
     module = load(name)
-    args = module.parse_args(["--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--no-norm-adv"])
+    args = module.parse_args(["--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--no-norm-adv",
+                              "--gamma", "0.9", "--gae-lambda", "0.8"])  # neither a default nor another discount
     g = torch.Generator().manual_seed(0)
     T, N = 8, 4
     rollout = module.new_rollout(T, N, "cpu")
@@ -81,3 +83,44 @@ def test_bootstrap_value_is_the_current_networks(name):
     # the last step of env 0 bootstraps from the network's value of the frame after the rollout
     last = rollout["rewards"][-1, 0] + args.gamma * next_value[0] - rollout["values"][-1, 0]
     assert float(batch["advantages"].view(T, N)[-1, 0]) == pytest.approx(float(last), rel=1e-5)
+
+
+class EpisodeCounter(StatelessEnv):
+    """Env e's episodes last e + 1 steps; each frame shows its step k within the episode (0: a first frame), and the
+    step from a frame showing k pays k + 1: an episode of L steps returns L (L + 1) / 2."""
+    def __init__(self, num_envs):
+        super().__init__(None, num_envs, None, None, None, None)
+        self.k = np.zeros(num_envs, dtype=int)
+        self.obs = self.next_frame()
+
+    def step(self, actions):
+        reward, lengths = (self.k + 1).astype(np.float32), np.arange(1, self.num_envs + 1)
+        self.first = self.k + 1 == lengths
+        self.k = np.where(self.first, 0, self.k + 1)
+        self.obs = self.next_frame()
+        return self.obs, reward, self.first, (lengths * (lengths + 1) / 2, lengths)  # read where first
+
+    def next_frame(self):
+        return np.broadcast_to(self.k[:, None, None, None], (self.num_envs, 64, 64, 3)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppg"])
+def test_the_rollout_stores_each_frame_beside_its_action_value_reward_and_episode_start(name, device):
+    """What GAE reads: firsts[t] marks frame t as an episode's first, rewards[t] is paid for acting on frame t, whose
+    behaviour log-prob and value are the network's at frame t; every episode that ends is logged once."""
+    module = load(name)
+    torch.manual_seed(0)
+    agent = module.Agent(15).to(device)
+    rollout, log = module.collect_rollout(EpisodeCounter(3), agent, 7, device)
+    k = rollout["obs"][..., 0, 0, 0].long()  # each stored frame's step within its episode
+    assert k[:, 2].tolist() == [0, 1, 2, 0, 1, 2, 0]
+    assert torch.equal(rollout["firsts"], k == 0) and torch.equal(rollout["rewards"], (k + 1).float())
+    assert torch.equal(rollout["next_first"], rollout["next_obs"][:, 0, 0, 0] == 0)
+    with torch.no_grad():
+        logits, values = agent(rollout["obs"].flatten(0, 1))
+    logp = torch.distributions.Categorical(logits=logits).log_prob(rollout["actions"].flatten())
+    torch.testing.assert_close(rollout["logp_behav"].flatten(), logp, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(rollout["values"].flatten(), values, rtol=1e-4, atol=1e-5)
+    # in 7 steps: env 0 ends 7 episodes of 1 step, env 1 three of 2, env 2 two of 3
+    episodes = sorted(zip(log["episode_lengths"], log["episode_returns"]))
+    assert episodes == [(1, 1.0)] * 7 + [(2, 3.0)] * 3 + [(3, 6.0)] * 2

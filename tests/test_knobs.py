@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import EWMA_SCRIPTS, PPG_SCRIPTS, load, run_tiny, tiny_argv
+from conftest import EWMA_SCRIPTS, PPG_SCRIPTS, load, run_tiny, tiny_argv, update_extra
 
 NUM_ACTIONS = 15
 CPU = torch.device("cpu")
@@ -343,6 +343,28 @@ def test_prox_recent_is_the_current_policy(name):
         expected = categorical_log_prob(agent(batch["obs"])[0], batch["actions"])
     assert torch.allclose(batch["logp_recent"], expected, atol=1e-5, rtol=0)
     assert torch.equal(batch["logp_behav"], rollout["logp_behav"].flatten())  # importance sampling still uses behav
+
+
+def test_the_loss_gets_the_chosen_old_or_prox_policy_and_the_loss_flags(script, monkeypatch):
+    """micro_batch_loss hands policy_loss the log-probs that --old-policy recent or --prox recent chose (the two tests
+    above: make_batch computes them), the batch's advantages, and --clip-coef, --kl-penalty and --imp-samp-max."""
+    module, name = script, script.__name__
+    torch.manual_seed(0)
+    agent = module.Agent(NUM_ACTIONS)
+    choice = ["--prox", "recent"] if name in EWMA_SCRIPTS else ["--old-policy", "recent"]
+    args = module.parse_args(tiny_argv(name, *choice, "--clip-coef", "0.15", "--kl-penalty", "0.3",
+                                       "--imp-samp-max", "4"))
+    batch = module.make_batch(random_rollout(module, args), agent, module.AdvantageMoments(0.0), args)
+    calls, idx = [], torch.arange(3, 9)
+    monkeypatch.setattr(module, "policy_loss", lambda *given: calls.append(given) or (given[0].mean(), {}))
+    module.micro_batch_loss(agent, batch, idx, args, *update_extra(module, agent),
+                            *((True, True) if name in PPG_SCRIPTS else ()))  # PPG: train_pi, train_v
+    [(logp, *old, advantages, clip_coef, kl_penalty, imp_samp_max)] = calls
+    chosen = ["logp_behav", "logp_recent"] if name in EWMA_SCRIPTS else ["logp_old"]  # behav and prox, or old
+    assert len(old) == len(chosen) and all(torch.equal(o, batch[k][idx]) for o, k in zip(old, chosen))
+    assert not torch.equal(batch["logp_behav"], batch["logp_recent" if name in EWMA_SCRIPTS else "logp_old"])
+    assert torch.equal(advantages, batch["advantages"][idx])
+    assert (clip_coef, kl_penalty, imp_samp_max) == (0.15, 0.3, 4.0)
 
 
 # --- Tiny real runs of the flags ---------------------------------------------------------------------------------

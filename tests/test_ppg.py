@@ -214,13 +214,15 @@ def test_aux_phase_with_zero_step_size_has_zero_kl_and_hand_computed_value_losse
     assert logged["aux_true_value_loss"] == pytest.approx(0.5 * float(((value - returns) ** 2).mean()), rel=1e-5)
 
 
-def test_aux_phase_steps_on_the_gradient_of_its_loss_by_hand(ppg_script):
+@pytest.mark.parametrize("micro", [0, 24])
+def test_aux_phase_steps_on_the_gradient_of_its_loss_by_hand(ppg_script, micro):
     """Two epochs of one minibatch holding every trajectory, so at the second step pi has moved away from pi_old: the
     gradient is that of 0.5 MSE(aux value) + beta_clone KL[pi_old || pi] + 0.5 MSE(value), with pi_old the policy
-    before the phase. A slip in the KL's direction, beta_clone or either value head gives another gradient."""
+    before the phase. A slip in the KL's direction, beta_clone or either value head gives another gradient; so does
+    one in accumulating the 64 frames' gradient over micro-batches of 24, 24 and 16."""
     T, N, n_pi = 8, 4, 2
-    args, agent, buffer = aux_setup(ppg_script, T, N, n_pi, e_aux=2, aux_minibatch_trajs=n_pi * N, micro_batch_size=0,
-                                    beta_clone=2.5)
+    args, agent, buffer = aux_setup(ppg_script, T, N, n_pi, e_aux=2, aux_minibatch_trajs=n_pi * N,
+                                    micro_batch_size=micro, beta_clone=2.5)
     old = copy.deepcopy(agent)
     optimizer = RecordingSGD(agent.parameters(), lr=0.5)
     ppg_script.aux_phase(agent, optimizer, buffer, args)
@@ -243,7 +245,8 @@ def test_aux_phase_steps_on_the_gradient_of_its_loss_by_hand(ppg_script):
 
 def test_value_only_epochs_leave_the_policy_and_its_ewma_alone(ppg_script):
     """--e-v 3 --e-pi 1, 2 minibatches: 6 optimiser steps, the first 2 with the policy's gradient, the last 4 with the
-    value network's only; PPG-EWMA's EWMA counts the 2 policy steps (w = 1 + beta + beta^2 over theta_0..theta_2)."""
+    value network's only: the policy's is None, not zero, which Adam's momentum would still step on. PPG-EWMA's EWMA
+    counts the 2 policy steps (w = 1 + beta + beta^2 over theta_0..theta_2)."""
     agent, args, batch = one_step_case(ppg_script)
     args.e_v, args.num_minibatches = 3, 2
     extra = update_extra(ppg_script, agent)
@@ -253,7 +256,8 @@ def test_value_only_epochs_leave_the_policy_and_its_ewma_alone(ppg_script):
     assert len(optimizer.grads) == 6
     for k, grads in enumerate(optimizer.grads):
         got_grad = {n for (n, _), g in zip(agent.named_parameters(), grads) if g is not None and g.any()}
-        assert got_grad & policy_names if k < 2 else not got_grad & policy_names, k
+        has_grad = {n for (n, _), g in zip(agent.named_parameters(), grads) if g is not None}
+        assert got_grad & policy_names if k < 2 else not has_grad & policy_names, k
         assert got_grad - policy_names, k  # the value network trains in every epoch
     if extra:
         ewma, beta = extra[0], args.beta_prox
@@ -283,27 +287,29 @@ def test_aux_phase_losses_are_finite_and_kl_grows_after_the_first_step(ppg_scrip
     assert not all(torch.equal(p, q) for p, q in zip(agent.value.parameters(), value_before))
 
 
-def test_the_runs_aux_phase_moves_the_policy_network_and_fits_the_aux_value_head(ppg_script, tmp_path, monkeypatch):
+def test_the_runs_aux_phase_moves_the_policy_network_and_fits_both_value_heads(ppg_script, tmp_path, monkeypatch):
     """Through main(), with the aux optimiser main() builds: over the phase's buffer, after its aux phase the KL to
-    pi_old (the policy just before it) is above 0 and finite, and the aux value head's loss has fallen. A phase that
-    never runs, or trains at step size 0, or with an optimiser that holds other parameters, fails here."""
+    pi_old (the policy just before it) is above 0 and finite, and the losses of the aux value head and of the value
+    network have fallen. A phase that never runs, or trains at step size 0, or with an optimiser that holds other
+    parameters, or not the value network's, fails here."""
     seen, real_aux_phase = [], ppg_script.aux_phase
 
     def measured(agent, aux_optimizer, aux_buffer, args, *rest):
         obs, returns = aux_buffer.obs[:aux_buffer.size].flatten(0, 1), aux_buffer.returns[:aux_buffer.size].flatten()
         with torch.no_grad():
             logits, aux_v = agent.policy(obs)
-            logp_old = torch.log_softmax(logits, -1)
+            logp_old, v = torch.log_softmax(logits, -1), agent.value(obs).squeeze(-1)
         out = real_aux_phase(agent, aux_optimizer, aux_buffer, args, *rest)
         with torch.no_grad():
             logits, aux_v_after = agent.policy(obs)
             kl = (logp_old.exp() * (logp_old - torch.log_softmax(logits, -1))).sum(-1).mean()
-        seen.append((float(kl), float((aux_v - returns).pow(2).mean()), float((aux_v_after - returns).pow(2).mean())))
+            v_after = agent.value(obs).squeeze(-1)
+        seen.append((float(kl), *[float((x - returns).pow(2).mean()) for x in (aux_v, aux_v_after, v, v_after)]))
         return out
     monkeypatch.setattr(ppg_script, "aux_phase", measured)
     run_tiny(ppg_script.__name__, tmp_path, "--e-aux", "4", iterations=2)
-    (kl, loss_before, loss_after), = seen
-    assert 0 < kl < math.inf and loss_after < loss_before, seen
+    (kl, aux_before, aux_after, before, after), = seen
+    assert 0 < kl < math.inf and aux_after < aux_before and after < before, seen
 
 
 def test_aux_phase_keeps_its_minibatch_and_step_size_under_batch_divisor(ppg_script):

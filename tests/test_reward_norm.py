@@ -69,9 +69,11 @@ def test_pytorch_init_is_pytorchs_default_with_orthogonal_heads(script):
 
 
 @pytest.mark.parametrize("name", ["ppo", "ppg_ewma"])
-def test_the_reward_discount_adams_epsilon_and_the_init_reach_the_learner(name, tmp_path, monkeypatch):
-    """main() builds the normaliser with --norm-reward-gamma and Adam with --adam-eps (both optimisers in PPG), and
-    --init pytorch re-initialises the agent before anything copies it (PPG-EWMA's proximal network)."""
+def test_the_flags_and_section_4s_adjustments_reach_the_learner(name, tmp_path, monkeypatch):
+    """main() builds the normaliser with --norm-reward-gamma; Adam with --adam-eps (both optimisers in PPG), and under
+    --batch-divisor 2 --adam-beta-adjust with the adjusted step size and betas (PPG's aux Adam: neither, App. B); the
+    advantage moments with the adjusted decay; and --init pytorch re-initialises the agent before anything copies it
+    (PPG-EWMA's proximal network)."""
     script, made, inits = load(name), [], []
     monkeypatch.setattr(script, "pytorch_init", lambda agent: inits.append(agent) or torch.nn.init.zeros_(
         next(agent.parameters())))
@@ -82,11 +84,21 @@ def test_the_reward_discount_adams_epsilon_and_the_init_reach_the_learner(name, 
             super().__init__(num_envs, gamma, *rest)
     monkeypatch.setattr(script, "RewardNormalizer", Recorded)
     run_dir, _ = run_tiny(script.__name__, tmp_path, "--norm-reward-gamma", "0.9", "--adam-eps", "0.001",
-                          "--init", "pytorch", "--learning-rate", "1e-12", iterations=2)
+                          "--init", "pytorch", "--learning-rate", "1e-12", "--batch-divisor", "2", "--adam-beta-adjust",
+                          iterations=2)  # 2 envs: 4 iterations of 8 env steps (PPG: one phase, N_pi 2 x C)
     state = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert made == [0.9]
     optimizers = [k for k in state if k.endswith("optimizer")]
     assert optimizers and all(g["eps"] == 0.001 for k in optimizers for g in state[k]["param_groups"])
+    [adjusted] = state["optimizer"]["param_groups"]  # Adam's step size / sqrt(C), its betas ^ (1/C) (App. D)
+    assert math.isclose(adjusted["lr"], 1e-12 / math.sqrt(2))  # not approx: its 1e-12 absolute tolerance
+    assert adjusted["betas"] == pytest.approx((0.9 ** 0.5, 0.999 ** 0.5))
+    if name in ("ppg", "ppg_ewma"):
+        [aux] = state["aux_optimizer"]["param_groups"]
+        assert math.isclose(aux["lr"], 1e-12) and aux["betas"] == pytest.approx((0.9, 0.999))
+    decay = 1 / 3  # the default 0 at C = 2 (Section 4): 2 / (1 - decay) - 1 = 2 iterations, 1 x C
+    # 4 iterations of 8 advantages, each iteration's weighted down by the decay at every later one
+    assert float(state["adv_moments"]["weight"]) == pytest.approx(8 * sum(decay ** i for i in range(4)))
     assert len(inits) == 1 and isinstance(inits[0], script.Agent)
     first = [v for k, v in state["agent"].items() if k.endswith("weight")][0]  # zeroed by the stand-in, then barely
     copies = [v for k, v in state.get("ewma", {}).items() if k.endswith("weight")][:1]  # moved (learning rate 1e-12)
