@@ -1,6 +1,7 @@
-"""Slips of the hand the suite must catch: each mutation changes one line, the same way in every script that has it,
-in a scratch copy of the repository, and runs the test files named beside it there. A mutation that no test fails on
-is a hole in the suite. Not collected by pytest (its name does not start with test_); run by hand:
+"""Slips of the hand the suite must catch: each mutation changes one line, the same way in every file that has it (the
+four scripts, experiments/analysis.py), in a scratch copy of the repository, and runs the test files named beside it
+there. A mutation that no test fails on is a hole in the suite. Not collected by pytest (its name does not start with
+test_); run by hand:
 
     python tests/mutations.py              # every mutation, a line each: caught (by which test) or MISSED
     python tests/mutations.py adv-no-mean  # one, by name
@@ -16,7 +17,8 @@ import tempfile
 
 from conftest import ROOT, SCRIPTS as NAMES
 
-SCRIPTS = tuple(f"{name}.py" for name in NAMES)
+# the four scripts, and the analysis behind the figures' tables (its slips fail on the numbers in docs/results.md)
+FILES = tuple(f"{name}.py" for name in NAMES) + ("experiments/analysis.py",)
 
 LOSS_FLAGS = "args.clip_coef, args.kl_penalty, args.imp_samp_max)"  # what micro_batch_loss passes policy_loss
 # (name, the line as it is, the line mutated, the test files that should catch it)
@@ -107,14 +109,19 @@ MUTATIONS = [
      "                aux_optimizer.zero_grad(set_to_none=True)\n", ["test_ppg.py"]),
     ("zero-grads-not-none", "            optimizer.zero_grad(set_to_none=True)\n",
      "            optimizer.zero_grad(set_to_none=False)\n", ["test_ppg.py"]),
+    ("sign-test-one-sided", "range(max(positive, signed - positive), signed + 1)", "range(positive, signed + 1)",
+     ["test_experiments.py"]),
+    ("sign-test-uncapped", "\"sign_p\": min(1.0, 2 * tail)", "\"sign_p\": 2 * tail", ["test_experiments.py"]),
+    ("sign-test-zeros-positive", "positive = int((d > 0).sum())", "positive = int((d >= 0).sum())",
+     ["test_experiments.py"]),
 ]
 
 
 def mutate(root, mutation):
-    """Apply one mutation to every script in `root` that has its line; the scripts it changed."""
+    """Apply one mutation to every file of FILES in `root` that has its line; the files it changed."""
     name, old, new, _, *more = mutation
     changed = []
-    for script in SCRIPTS:
+    for script in FILES:
         path = os.path.join(root, script)
         text = open(path).read()
         if old in text:
@@ -129,14 +136,15 @@ def mutate(root, mutation):
 def run(mutation, scratch):
     name, _, _, tests, *_ = mutation
     root = os.path.join(scratch, name)
-    shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "__pycache__", "*.pt"))
+    left_out = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pt")  # and runs/, not data/runs
+    shutil.copytree(ROOT, root, ignore=lambda d, names: [*left_out(d, names), *(["runs"] if d == ROOT else [])])
     changed = mutate(root, mutation)
     if not changed:
-        return f"{name}: NOT APPLIED (the line is not in any script)"
+        return f"{name}: NOT APPLIED (the line is in no file)"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                            *[os.path.join("tests", t) for t in tests]], cwd=root, capture_output=True, text=True)
-    failed = re.findall(r"^FAILED (\S+)", proc.stdout, re.M)
-    where = ", ".join(s[:-3] for s in changed)
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M) + ["(no test named)"]
+    where = ", ".join(os.path.basename(s)[:-3] for s in changed)
     return f"{name} ({where}): " + (f"caught by {failed[0]}" if proc.returncode else "MISSED")
 
 
