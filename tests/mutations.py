@@ -9,6 +9,7 @@ test_); run by hand:
 The results of the last run are in tests/README.md.
 """
 import os
+import py_compile
 import re
 import shutil
 import subprocess
@@ -121,15 +122,15 @@ def mutate(root, mutation):
     """Apply one mutation to every file of FILES in `root` that has its line; the files it changed."""
     name, old, new, _, *more = mutation
     changed = []
-    for script in FILES:
-        path = os.path.join(root, script)
+    for file in FILES:
+        path = os.path.join(root, file)
         text = open(path).read()
         if old in text:
             text = text.replace(old, new)
             if more:  # a second edit that goes with the first (a line moved)
                 text = text.replace(more[0], more[1])
             open(path, "w").write(text)
-            changed.append(script)
+            changed.append(file)
     return changed
 
 
@@ -137,14 +138,19 @@ def run(mutation, scratch):
     name, _, _, tests, *_ = mutation
     root = os.path.join(scratch, name)
     left_out = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pt")  # and runs/, not data/runs
-    shutil.copytree(ROOT, root, ignore=lambda d, names: [*left_out(d, names), *(["runs"] if d == ROOT else [])])
+    shutil.copytree(ROOT, root, ignore=lambda d, names: left_out(d, names) | ({"runs"} if d == ROOT else set()))
     changed = mutate(root, mutation)
     if not changed:
         return f"{name}: NOT APPLIED (the line is in no file)"
+    try:  # a slip that breaks the file's syntax would fail every test: no hole found, none closed
+        for file in changed:
+            py_compile.compile(os.path.join(root, file), doraise=True)
+    except py_compile.PyCompileError as e:
+        return f"{name}: BROKEN (not Python: {e.msg.strip().splitlines()[-1]})"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                            *[os.path.join("tests", t) for t in tests]], cwd=root, capture_output=True, text=True)
-    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M) + ["(no test named)"]
-    where = ", ".join(os.path.basename(s)[:-3] for s in changed)
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M) or [f"pytest's exit {proc.returncode}"]
+    where = ", ".join(os.path.basename(file)[:-3] for file in changed)
     return f"{name} ({where}): " + (f"caught by {failed[0]}" if proc.returncode else "MISSED")
 
 
