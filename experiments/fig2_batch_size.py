@@ -38,14 +38,15 @@ EPYC, Zen 4), into runs/fig2_cpu: 41 to 145 min a run there, measured (C = 1: 71
 progress.csv copied to data/runs/<run folder>/ (--committed); runs finished there are skipped and an interrupted run
 goes on from its checkpoint, so the same command continues the sweep in a later session;
 `--seeds 2 --divisors 1 16 --variants all` adds a second seed of C = 1 and C = 16 (67 and 72 min side by side on a
-2-core Intel Xeon). Output, drawn from data/runs alone: docs/figures/fig2_cpu.png ((a) return against env steps at C =
-1, 4, 16; (b) C = 16 with each ablation, against C = 16 and C = 1; every curve smoothed over --smooth-steps env steps),
-printed beside it the mean return per --smooth-steps window of each run, and data/fig2_cpu_diagnostics.csv
-(--summary-dir), also printed as Markdown: per run the adjusted learning_rate, beta_prox and adv_ewma_decay, mean
-clipfrac and approx_kl over the run and over the last 10% of --total-timesteps ((900k, 1M]), the return over its first
-100k env steps and over that last 10% (with the standard error of that mean over its iterations), the largest max/min of
-the advantage normalisation's std within 100k env steps (the paper finds dropping the adv adjustment hurts once that
-reaches about 10, App. F.2), and its wall time.
+2-core Intel Xeon), `--seeds 2 --divisors 16 --variants no-lr no-prox` one of two ablations (62 and 63 min there).
+Output, drawn from data/runs alone: docs/figures/fig2_cpu.png ((a) return against env steps at C = 1, 4, 16; (b) C = 16
+with each ablation, against C = 16 and C = 1; every curve smoothed over --smooth-steps env steps), printed beside it the
+mean return per --smooth-steps window of each run, and data/fig2_cpu_diagnostics.csv (--summary-dir), also printed as
+Markdown: per run the adjusted learning_rate, beta_prox and adv_ewma_decay, mean clipfrac and approx_kl over the run and
+over the last 10% of --total-timesteps ((900k, 1M]), the return over its first 100k env steps and over that last 10%
+(with the standard error of that mean over its iterations), the largest max/min of the advantage normalisation's std
+within 100k env steps (the paper finds dropping the adv adjustment hurts once that reaches about 10, App. F.2), and its
+wall time.
 
 Resumable: finished runs (exp_name e.g. fig2__ppg_ewma__div4__no-lr, matching config, progress reaching
 --total-timesteps) are skipped.

@@ -22,6 +22,7 @@ from conftest import ROOT, SCRIPTS as NAMES
 FILES = tuple(f"{name}.py" for name in NAMES) + ("experiments/analysis.py",)
 
 LOSS_FLAGS = "args.clip_coef, args.kl_penalty, args.imp_samp_max)"  # what micro_batch_loss passes policy_loss
+
 # (name, the line as it is, the line mutated, the test files that should catch it)
 MUTATIONS = [
     ("ewma-no-bias-correction", "prox.lerp_(theta, float(1 / w_new))", "prox.lerp_(theta, 1 - self.beta_prox)",
