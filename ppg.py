@@ -265,7 +265,7 @@ class PolicyNetwork(nn.Module):
         h = self.trunk(obs)
         return self.pi_head(h), self.aux_v_head(h).squeeze(-1)
 
-    def logits(self, obs):  # policy only: no auxiliary value head
+    def logits(self, obs):  # policy only: no aux value head
         return self.pi_head(self.trunk(obs))
 
 
@@ -637,7 +637,7 @@ def main(argv=None):
     learner = dict(agent=agent, optimizer=optimizer, reward_normalizer=reward_normalizer,
                    adv_moments=adv_moments, envs=envs)
     learner |= dict(aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)
-    # the run's length: whole phases of N_pi iterations, each ending with an aux phase
+    # the run's length: whole phases of N_pi iterations of all workers' envs
     phase_steps = args.n_pi * args.num_envs * args.num_steps * worker()[1]
     num_iterations = args.n_pi * math.ceil(args.total_timesteps / phase_steps)
     start = 0  # the iterations done (a resumed run's)

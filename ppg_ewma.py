@@ -270,7 +270,7 @@ class PolicyNetwork(nn.Module):
         h = self.trunk(obs)
         return self.pi_head(h), self.aux_v_head(h).squeeze(-1)
 
-    def logits(self, obs):  # policy only: no auxiliary value head
+    def logits(self, obs):  # policy only: no aux value head
         return self.pi_head(self.trunk(obs))
 
 
@@ -467,7 +467,7 @@ def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, 
     # exp(logp - this) = min(pi_theta/pi_behav, imp_samp_max)
     logp_behav_capped = torch.maximum(logp_behav, floor)
     logratio = logp - logp_prox  # log r_t(theta), against the proximal policy
-    pg_losses = -advantages * torch.exp(logp - logp_behav_capped)
+    pg_losses = -advantages * torch.exp(logp - logp_behav_capped)  # (pi_prox/pi_behav_capped) r A
     if clip_coef > 0:
         clipped = torch.clamp(logratio, math.log(1 - clip_coef), math.log(1 + clip_coef))
         # = log[(pi_prox/pi_behav_capped) clip(r, 1-eps, 1+eps)]
@@ -674,7 +674,7 @@ def main(argv=None):
                    adv_moments=adv_moments, envs=envs)
     learner |= dict(aux_optimizer=aux_optimizer, aux_buffer=aux_buffer)
     learner["ewma"] = ewma = EWMA(agent.policy, args.beta_prox)  # theta_prox <- theta (Appendix A)
-    # the run's length: whole phases of N_pi iterations, each ending with an aux phase
+    # the run's length: whole phases of N_pi iterations of all workers' envs
     phase_steps = args.n_pi * args.num_envs * args.num_steps * worker()[1]
     num_iterations = args.n_pi * math.ceil(args.total_timesteps / phase_steps)
     start = 0  # the iterations done (a resumed run's)

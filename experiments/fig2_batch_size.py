@@ -10,7 +10,9 @@ has: the PPO-EWMA runs pass --update-epochs 1 at every C). Variants, with S the 
   no-ewma  ppg.py (or ppo.py) --batch-divisor C  no EWMA at all, the other adjustments (Fig. 15, "2(d)")
 An ablation at C = 1 is the `all` run (nothing to adjust), so ablations run only at C > 1
 (--ablation-divisors). Not reproduced: the paper's reference line of PPG with the KL penalty
-coefficient divided by 256 (the base coefficient is not stated).
+coefficient divided by 256 (the base coefficient is not stated); and its aux phase from C = 4 on, where it
+had gone from 4 workers to 1 and kept a worker's aux minibatch (4 trajectories) at a smaller step size
+(App. B): one process of 256 envs keeps C = 1's aux phase (16 trajectories, 5e-4) at every C.
 
 Output in --runs-dir (or --out-dir): run folders, logs/, fig2_batch_size.png (learning curves of `all` per
 batch size, smoothed over the same env steps at every C; final return against batch size for
