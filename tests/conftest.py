@@ -1,4 +1,4 @@
-"""Shared test helpers: load the four scripts as modules and run them on tiny configs, on the CPU."""
+"""Shared test helpers: load the four scripts as modules, run them on tiny configs (on the CPU, or CUDA where asked)."""
 import csv
 import glob
 import importlib.util

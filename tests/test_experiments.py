@@ -641,7 +641,7 @@ def test_t_quantiles_and_the_paired_test_by_hand():
     assert (test["low"], test["high"]) == (pytest.approx(0.1375 - 3.1824 * sem, abs=1e-4),
                                           pytest.approx(0.1375 + 3.1824 * sem, abs=1e-4))
     assert (test["verdict"], test["positive"], test["signed"], test["sign_p"]) == ("level", 3, 4, 0.625)
-    # all eight above 0 and tight: ahead, p = 2 / 2**8; four below: behind, the same p (two-sided); a zero drops out
+    # all eight above 0 and tight: ahead, p = 2 / 2**8; four below: behind, p = 2 / 2**4 (two-sided); a zero drops out
     # of the sign test (2 of 2: p = 2 / 2**2); an even split's doubled tail, 2 x 3/4, is capped at 1
     assert analysis.paired_test([0.1, 0.12, 0.09, 0.11, 0.1, 0.13, 0.08, 0.1])["verdict"] == "ahead"
     below = analysis.paired_test([-0.1, -0.12, -0.09, -0.11])

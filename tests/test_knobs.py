@@ -1,6 +1,6 @@
 """The paper's knobs: batch-size-invariance adjustments (Section 4), EWMA advantage normalisation (Section 4),
 the KL-penalty objective (eq. 8 and its decoupled form, Section 2), artificial staleness and the choice of old /
-proximal policy (Section 5.1), and tiny real runs of every flag."""
+proximal policy (Section 5.1), and tiny real runs of the KL penalty, staleness and the old/proximal choice."""
 import copy
 import json
 import math

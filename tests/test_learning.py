@@ -14,7 +14,7 @@ from conftest import PPG_SCRIPTS, THREADS, EchoEnv, load, read_progress
 # Another CPU or thread count rounds differently (another draw), and a learned policy's return can dip for an
 # iteration (to 0.64 in PPO's second half): over seeds 1-10 at 1 and 2 threads of each script (40 runs) the mean of
 # the last 2 iterations fell to 0.851 (PPO) and 0.828 (PPG-EWMA), that of the last 4, checked here, to 0.875 (both).
-# The two slips only this test catches (tests/mutations.py) left it at 0.23-0.25 (obs-after-step) and 0.01
+# The two slips tests/mutations.py runs on this test alone left it at 0.23-0.25 (obs-after-step) and 0.01
 # (advantage-sign), at 1 thread of a Zen 4: 0.5 lies between, far from both.
 SIZES = {"ppo": (4, 16, 16), "ppg_ewma": (8, 16, 9)}
 

@@ -1,5 +1,5 @@
 """PPG-specific behaviour of ppg.py and ppg_ewma.py: the aux buffer, the aux phase, the phase schedule,
-PPG-EWMA's reset of the proximal network at the start of every policy phase, and PPG's argument checks."""
+PPG-EWMA's reset of the proximal network at the start of every policy phase (PPG's argument checks: test_cli.py)."""
 import copy
 import math
 import os

@@ -20,7 +20,7 @@ from conftest import load
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "starpilot_procgen_mirror.npz")
 STEPS, NUM_ENVS = 150, 4
-# Each setting sets every argument of the env away from procgen-gym's defaults (distribution_mode "hard",
+# Between them the settings move every argument of the env away from procgen-gym's defaults (distribution_mode "hard",
 # num_levels 0, start_level 0, a random seed), so an argument that does not reach Procgen changes the levels.
 SETTINGS = {"easy": dict(distribution_mode="easy", num_levels=0, start_level=0, seed=1),
             "hard_levels": dict(distribution_mode="hard", num_levels=3, start_level=50, seed=2)}

@@ -1,5 +1,5 @@
 """Nothing lost in the run folder: a full disk while checkpointing, a damaged checkpoint, SIGTERM during a resume
-(all four scripts share this appendix code; ppo.py stands for them)."""
+(all four scripts share this appendix code; ppo.py stands for them, ppo_ewma.py in the SIGHUP test)."""
 import os
 import signal
 import subprocess

@@ -81,7 +81,7 @@ COLUMNS = LEARNING_COLUMNS + ["aux_kl", "aux_value_loss", "aux_true_value_loss"]
 
 def learning_of_a_tiny_run(name, folder):
     """The recording's config: real Procgen, 4 envs x 8 steps, 2 minibatches, 2 iterations (PPG: its first phase and
-    aux phase), the defaults otherwise (PPO's 3 policy epochs), on THREADS threads on any machine."""
+    aux phase, --e-aux 1), the defaults otherwise (PPO's 3 policy epochs), on THREADS threads on any machine."""
     recorded = ["--num-steps", "8", "--total-timesteps", "64"]  # 2 iterations of 32 env steps
     if name not in PPG_SCRIPTS:
         recorded += ["--update-epochs", "3"]
