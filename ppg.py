@@ -59,7 +59,7 @@ def parse_args(argv=None):
     a("--e-pi", type=COUNT, default=1, help="policy epochs per policy-phase iteration (E_pi)")
     a("--e-v", type=COUNT, default=1, help="value epochs per policy-phase iteration (E_V)")
     a("--e-aux", type=COUNT, default=6, help="auxiliary phase epochs (E_aux)")
-    a("--beta-clone", type=NON_NEGATIVE, default=1.0, help="auxiliary phase cloning coefficient (beta_clone)")
+    a("--beta-clone", type=NON_NEGATIVE, default=1.0, help="aux phase cloning coefficient (beta_clone)")
     a("--learning-rate", type=NON_NEGATIVE, default=5e-4, help="Adam step size (alpha)")
     a("--gamma", type=FRACTION, default=0.999, help="discount (gamma)")
     a("--gae-lambda", type=FRACTION, default=0.95, help="GAE bootstrapping parameter (lambda)")
@@ -87,14 +87,14 @@ def parse_args(argv=None):
     a("--save-model", action=yes_no, default=True, help="checkpoint every --save-interval aux phases and at the end")
     a("--save-interval", type=COUNT, default=1, help="aux phases between checkpoints")
     a("--resume", metavar="RUN_DIR", type=FOLDER, help="continue the run in RUN_DIR from its checkpoint")
-    a("--capture-video", action="store_true", help="save a GIF of one episode every --video-interval iterations")
+    a("--capture-video", action=yes_no, default=False, help="a GIF of one episode every --video-interval iterations")
     a("--video-interval", type=COUNT, default=50, help="iterations between videos")
     a("--eval-episodes", type=NATURAL, default=0, help="episodes per evaluation, on untrained levels (0 = off)")
     a("--eval-interval", type=COUNT, default=10, help="iterations between evaluations")
     a("--evaluate", metavar="RUN_DIR", type=FOLDER, help="evaluate RUN_DIR's agent on untrained levels")
     a("--micro-batch-size", type=NATURAL, help="micro-batch (same gradient); None: off on a GPU, max(32, 16 a thread)")
     a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (other numerics; faster on GPUs, bf16 CPUs)")
-    a("--compile", action="store_true", help="torch.compile the CNNs (costs start-up time; same maths)")
+    a("--compile", action=yes_no, default=False, help="torch.compile the CNNs (costs start-up time; same maths)")
     args = p.parse_args(argv)
     if args.resume or args.evaluate:
         return resume_args(p, argv, args)  # the run's config.json, adjustments included (appendix)
@@ -261,7 +261,7 @@ class PolicyNetwork(nn.Module):
         self.pi_head = normed(nn.Linear(256, num_actions), 0.1)
         self.aux_v_head = normed(nn.Linear(256, 1), 0.1)
 
-    def forward(self, obs):  # -> (policy logits, auxiliary value)
+    def forward(self, obs):  # -> (policy logits, aux value)
         h = self.trunk(obs)
         return self.pi_head(h), self.aux_v_head(h).squeeze(-1)
 
@@ -663,7 +663,7 @@ def main(argv=None):
             batch = make_batch(stale_rollouts.popleft(), agent, adv_moments, args)
             stats = update(agent, optimizer, batch, args)
             aux_buffer.add(batch, args.num_steps)
-        # the policy phase ends: the auxiliary phase (none while --staleness has trained nothing)
+        # the policy phase ends: the aux phase (none while --staleness has trained nothing)
         if iteration % args.n_pi == 0 and aux_buffer.size > 0:
             stats |= aux_phase(agent, aux_optimizer, aux_buffer, args)
         seconds = time.time() - started  # this iteration's training: its speed, evaluation apart

@@ -162,3 +162,8 @@ def test_resume_takes_the_saved_config_and_only_safe_changes(finished_ppo_ewma, 
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert args.num_envs == config["num_envs"] == 4 and args.learning_rate == config["learning_rate"]
     assert args.total_timesteps == 4 * BATCH and args.micro_batch_size == 16 and args.resume == run_dir
+    # a run made with --compile and --capture-video resumes without them (a machine where compiling fails)
+    json.dump(config | {"compile": True, "capture_video": True}, open(os.path.join(run_dir, "config.json"), "w"))
+    assert vars(ppo_ewma.parse_args(["--resume", run_dir]))["compile"] is True
+    args = ppo_ewma.parse_args(["--resume", run_dir, "--no-compile", "--no-capture-video"])
+    assert (args.compile, args.capture_video) == (False, False)
