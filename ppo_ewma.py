@@ -593,8 +593,8 @@ def main(argv=None):
 # ==================================================================================================
 # APPENDIX: the machinery. The same in all four scripts; the algorithm is complete above.
 # ==================================================================================================
-# Procgen: procgen-gym on Python 3.13 (numpy 2); on 3.11 and 3.12 procgen-mirror (gym3, numpy < 2,
-# the original) wrapped in procgen-gym's reset() -> (obs, info), step(a)[:3] -> (obs, reward, first)
+# Procgen: procgen-gym on Python 3.13; on 3.11 and 3.12 procgen-mirror (gym3, numpy < 2) wrapped
+# in procgen-gym's reset() -> (obs, info), step(a)[:3] -> (obs, reward, first)
 try:
     import procgen_gym as procgen
     ProcgenGames = procgen.ProcgenVecEnv
@@ -682,8 +682,8 @@ def resume_command(run_dir, world_size):
 
 
 # --- Many workers (torchrun) and the device -------------------------------------------------------
-# `torchrun --nproc-per-node W script.py ...` starts W workers of --num-envs environments each, as
-# the paper ran (4 x 64 envs); each holds the same networks and steps on the averaged gradient.
+# `torchrun --nproc-per-node W script.py` starts W workers of --num-envs envs each (the paper: 4 x
+# 64); each holds the same networks and steps on the averaged gradient.
 LAUNCHER = os.getppid()  # a torchrun worker's launcher: if it dies (kill -9), the workers stop
 
 
@@ -711,8 +711,8 @@ def setup(args):
     if worker()[1] > 1:
         gpu_each = use_cuda and torch.cuda.device_count() >= local_size
         dist.init_process_group("nccl" if gpu_each else "gloo")
-    # TF32 (fp32's range, a 10-bit mantissa) and cuDNN's fastest algorithm for each shape: a GPU
-    # run, and so its resume, is not repeatable to the bit (a CPU run's is)
+    # TF32 (a 10-bit mantissa) and cuDNN's fastest algorithms: a GPU run, and so its resume, is
+    # not repeatable to the bit (a CPU run's is)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
@@ -845,7 +845,9 @@ def save_checkpoint(run_dir, learner, stale_rollouts, iteration, time_s):
     cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
     rng = {"torch": torch.get_rng_state(), "cuda": cuda}
     state.update(iteration=iteration, time_s=time_s, rng=rng, stale_rollouts=list(stale_rollouts))
-    replace_file(checkpoint_path(run_dir), lambda f: torch.save(state, f), "wb")
+    # no worker renames its checkpoint before all have written theirs: a set (.item() waits)
+    written = lambda: all_reduce_sum(torch.ones((), device=device)).item()
+    replace_file(checkpoint_path(run_dir), lambda f: torch.save(state, f), "wb", written)
 
 
 def load_checkpoint(run_dir, learner, stale_rollouts):
@@ -862,7 +864,6 @@ def load_checkpoint(run_dir, learner, stale_rollouts):
     if device.type == "cuda" and state["rng"].get("cuda") is not None:  # none from a CPU run
         torch.cuda.set_rng_state(state["rng"]["cuda"], device)
     stale_rollouts.extend({k: v.to(device) for k, v in r.items()} for r in state["stale_rollouts"])
-    # every worker saves its own checkpoint: the newest and the oldest must be of one iteration
     newest_and_minus_oldest = torch.tensor([state["iteration"], -state["iteration"]], device=device)
     if dist.is_initialized():
         dist.all_reduce(newest_and_minus_oldest, op=dist.ReduceOp.MAX)
@@ -871,15 +872,16 @@ def load_checkpoint(run_dir, learner, stale_rollouts):
     return state["iteration"], state["time_s"]
 
 
-def replace_file(path, write, mode="w"):
-    """write(f) into path + ".tmp", synced to the disk, renamed over path: a crash, kill -9 or power
-    cut leaves the old file or the new one whole; a failure (a full disk) leaves no .tmp."""
+def replace_file(path, write, mode="w", ready=lambda: None):
+    """write(f) into path + ".tmp", synced to the disk, renamed over path once ready(): a crash,
+    kill -9 or power cut leaves the old file or the new one whole; a failure (full disk) no .tmp."""
     text = {} if "b" in mode else {"newline": ""}
     try:
         with open(path + ".tmp", mode, **text) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        ready()
         os.replace(path + ".tmp", path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -928,7 +930,7 @@ def open_run(args, device, num_iterations, start):
     if dist.is_initialized():
         dist.broadcast_object_list(folder, 0)
     run_dir = folder[0]
-    # held till the run ends, however it ends: resuming a run that still trains fails here
+    # held till the run ends: a resume of a run that still trains fails here
     lock = filelock.FileLock(os.path.join(run_dir, f"run.rank{rank}.lock" if rank else "run.lock"))
     try:
         lock.acquire(timeout=0)

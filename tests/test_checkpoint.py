@@ -153,12 +153,18 @@ def two_workers(tmp_path_factory):
     shutil.copyfile(os.path.join(at_stop, "checkpoint.rank1.pt"), os.path.join(mixed, "checkpoint.rank1.pt"))
     refused = subprocess.Popen(torchrun_cmd("ppg_ewma", ["--resume", mixed, "--total-timesteps", str(2 * 6 * BATCH)]),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=STAND_IN)
+    disk_full = copy_run(full, tmp / "disk_full")  # rank 1's disk full as the run, extended, saves at its end
+    os.symlink("/dev/full", os.path.join(disk_full, "checkpoint.rank1.pt.tmp"))
+    failed = subprocess.Popen(torchrun_cmd("ppg_ewma", ["--resume", disk_full, "--total-timesteps",
+                                                       str(2 * 6 * BATCH)]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=STAND_IN)
     resumed = subprocess.run(torchrun_cmd("ppg_ewma", ["--resume", part]), capture_output=True, text=True, timeout=600,
                              env=STAND_IN)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     refused_err = refused.communicate(timeout=600)[1]
+    failed_err = failed.communicate(timeout=600)[1]
     return {"full": full, "out": out, "stopped": stopped, "at_stop": at_stop, "part": part, "mixed": mixed,
-            "refused": (refused.returncode, refused_err)}
+            "refused": (refused.returncode, refused_err), "disk_full": (failed.returncode, failed_err, disk_full)}
 
 
 def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(two_workers):
@@ -244,6 +250,18 @@ def test_a_resume_whose_workers_checkpoints_disagree_is_refused(two_workers):
     assert len(codes) == 2 and "2" in codes and set(codes) <= {"2", "-15"}, err[-3000:]  # -15: the launcher
     assert "terminate called" not in err and "SIGABRT" not in err  # stopped the last after the first
     assert read_progress(mixed) == read_progress(two_workers["full"])
+
+
+def test_a_checkpoint_one_worker_cannot_write_is_replaced_on_no_worker(two_workers):
+    """Rank 1's checkpoint.rank1.pt.tmp is /dev/full (ENOSPC): its save fails while rank 0's is written whole; rank 0
+    renames its own only once every worker has written theirs, so both stay the last iteration's, a set to resume
+    from (renamed alone, rank 0's would be two iterations ahead of rank 1's: refused for good)."""
+    code, err, folder = two_workers["disk_full"]
+    assert code != 0 and "RuntimeError" in err, err[-3000:]  # torch.save's writer: "unexpected pos"
+    for name in ("checkpoint.pt", "checkpoint.rank1.pt"):
+        assert checkpoint(folder, name)["iteration"] == 4, name
+        assert open(os.path.join(folder, name), "rb").read() == open(os.path.join(two_workers["full"], name),
+                                                                     "rb").read()
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
