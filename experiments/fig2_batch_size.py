@@ -39,8 +39,7 @@ EPYC, Zen 4), into runs/fig2_cpu: 41 to 145 min a run there, measured (C = 1: 71
 (derived; the printed estimate says how it is made). Each run, as soon as it finishes, has its config.json and
 progress.csv copied to data/runs/<run folder>/ (--committed); runs finished there are skipped and an interrupted run
 goes on from its checkpoint, so the same command continues the sweep in a later session;
-`--seeds 2 --divisors 1 16 --variants all` adds a second seed of C = 1 and C = 16 (67 and 72 min side by side on a
-2-core Intel Xeon), `--seeds 2 --divisors 16 --variants no-lr no-prox` one of two ablations (62 and 63 min there).
+`--seeds 2` adds a second seed of each (62 to 72 min a run, two side by side on a 2-core Intel Xeon).
 Output, drawn from data/runs alone: docs/figures/fig2_cpu.png ((a) return against env steps at C = 1, 4, 16; (b) C = 16
 with each ablation, against C = 16 and C = 1; every curve smoothed over --smooth-steps env steps), printed beside it the
 mean return per --smooth-steps window of each run, and data/fig2_cpu_diagnostics.csv (--summary-dir), also printed as
