@@ -116,6 +116,7 @@ MUTATIONS = [
     ("sign-test-uncapped", "\"sign_p\": min(1.0, 2 * tail)", "\"sign_p\": 2 * tail", ["test_experiments.py"]),
     ("sign-test-zeros-positive", "positive = int((d > 0).sum())", "positive = int((d >= 0).sum())",
      ["test_experiments.py"]),
+    ("checkpoint-set-not-waited", "        ready()\n", "", ["test_checkpoint.py"]),
 ]
 
 
