@@ -813,8 +813,8 @@ def resume_command(run_dir, world_size):
 
 
 # --- Many workers (torchrun) and the device -------------------------------------------------------
-# `torchrun --nproc-per-node W script.py` starts W workers of --num-envs envs each (the paper: 4 x
-# 64); each holds the same networks and steps on the averaged gradient.
+# `torchrun --nproc-per-node W script.py` starts W workers of --num-envs envs each (the paper:
+# 4 x 64); each holds the same networks and steps on the averaged gradient.
 LAUNCHER = os.getppid()  # a torchrun worker's launcher: if it dies (kill -9), the workers stop
 
 
