@@ -71,7 +71,7 @@ def parse_args(argv=None):
     a("--max-grad-norm", type=NON_NEGATIVE, default=0.5, help="gradient norm clip; 0 = off (official code)")
     a("--adam-eps", type=NON_NEGATIVE, default=1e-5, help="Adam's epsilon (CleanRL 1e-5, official 1e-8)")
     # PPG keeps the official code's weights, as CleanRL's PPG does (docs/results.md)
-    a("--init", default="normed", choices=("pytorch", "normed"), help="weights: CleanRL's or the official code's")
+    a("--init", default="normed", choices=("pytorch", "normed"), help="weights: CleanRL PPO's or the official code's")
     a("--norm-reward", action=yes_no, default=True, help="reward normalisation")
     a("--norm-reward-gamma", type=DECAY, default=0.999, help="discount of the return scaling rewards (official 0.99)")
     a("--norm-adv", action=yes_no, default=True, help="advantage normalisation")

@@ -72,7 +72,7 @@ def parse_args(argv=None):
     a("--max-grad-norm", type=NON_NEGATIVE, default=0.5, help="gradient norm clip; 0 = off (official code)")
     a("--adam-eps", type=NON_NEGATIVE, default=1e-5, help="Adam's epsilon (CleanRL 1e-5, official 1e-8)")
     # PPG keeps the official code's weights, as CleanRL's PPG does (docs/results.md)
-    a("--init", default="normed", choices=("pytorch", "normed"), help="weights: CleanRL's or the official code's")
+    a("--init", default="normed", choices=("pytorch", "normed"), help="weights: CleanRL PPO's or the official code's")
     a("--norm-reward", action=yes_no, default=True, help="reward normalisation")
     a("--norm-reward-gamma", type=DECAY, default=0.999, help="discount of the return scaling rewards (official 0.99)")
     a("--norm-adv", action=yes_no, default=True, help="advantage normalisation")
@@ -467,7 +467,7 @@ def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, 
     # exp(logp - this) = min(pi_theta/pi_behav, imp_samp_max)
     logp_behav_capped = torch.maximum(logp_behav, floor)
     logratio = logp - logp_prox  # log r_t(theta), against the proximal policy
-    pg_losses = -advantages * torch.exp(logp - logp_behav_capped)  # (pi_prox/pi_behav_capped) r A
+    pg_losses = -advantages * torch.exp(logp - logp_behav_capped)  # -(pi_prox/pi_behav_capped) r A
     if clip_coef > 0:
         clipped = torch.clamp(logratio, math.log(1 - clip_coef), math.log(1 + clip_coef))
         # = log[(pi_prox/pi_behav_capped) clip(r, 1-eps, 1+eps)]
