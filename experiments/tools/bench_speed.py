@@ -288,7 +288,8 @@ def pieces_mode(args):
 def micro_sweep_mode(args):
     """The scripts' own update() on random data, one epoch over 2 minibatches of 2048 (the default minibatch), for
     each micro-batch size: ppo.py and ppo_ewma.py alternately, --repeats times each, medians. On the CPU, with
-    the threads this process may use (pin it with taskset to measure fewer)."""
+    the threads this process may use (pin it with taskset to measure fewer), at --minibatch-by env
+    --max-grad-norm 0, the settings of the timings in docs/results.md."""
     import statistics
     import torch
     import ppo
@@ -298,7 +299,8 @@ def micro_sweep_mode(args):
 
     def make_update(module, micro):
         cfg = module.parse_args(["--num-envs", "64", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs",
-                                 "1", "--micro-batch-size", str(micro), "--no-cuda"])
+                                 "1", "--micro-batch-size", str(micro), "--no-cuda", "--minibatch-by", "env",
+                                 "--max-grad-norm", "0"])
         torch.manual_seed(0)
         agent = module.Agent(15)
         optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate)
