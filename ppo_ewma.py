@@ -89,7 +89,7 @@ def parse_args(argv=None):
     a("--eval-episodes", type=NATURAL, default=0, help="episodes per evaluation, on untrained levels (0 = off)")
     a("--eval-interval", type=COUNT, default=10, help="iterations between evaluations")
     a("--evaluate", metavar="RUN_DIR", type=FOLDER, help="evaluate RUN_DIR's agent on untrained levels")
-    a("--micro-batch-size", type=NATURAL, help="micro-batch (same gradient); None: off on a GPU, max(32, 16 a thread)")
+    a("--micro-batch-size", type=NATURAL, help="micro-batch (same gradient); None: off on a GPU, max(32, 16 x threads)")
     a("--bf16", action="store_true", help="bfloat16 autocast in the CNNs (other numerics; faster on GPUs, bf16 CPUs)")
     a("--compile", action=yes_no, default=False, help="torch.compile the CNNs (costs start-up time; same maths)")
     args = p.parse_args(argv)
@@ -599,7 +599,7 @@ try:
     import procgen_gym as procgen
     ProcgenGames = procgen.ProcgenVecEnv
 except ImportError:
-    with contextlib.redirect_stderr(io.StringIO()):  # old gym prints a notice of its own end
+    with contextlib.redirect_stderr(io.StringIO()):  # old gym prints that it is unmaintained
         import procgen
 
     class ProcgenGames(procgen.ProcgenGym3Env):
@@ -674,7 +674,7 @@ def resume_args(p, argv, args):
 
 def resume_command(run_dir, world_size):
     """The command that resumes the run, from any folder, with its workers (on one node)."""
-    # torchrun's own 30 s to save after Ctrl-C: under a CPU iteration
+    # torchrun kills workers 30 s after Ctrl-C: before a CPU iteration ends
     torchrun = f"torchrun --shutdown-timeout 600 --nproc-per-node {world_size}"
     launcher = "python" if world_size == 1 else torchrun
     script = shlex.quote(os.path.abspath(__file__))
@@ -1032,7 +1032,7 @@ def finish(run_dir, lock, problem, stop, last_saved):
     """Close everything; exit on a problem or a stop, with its message; else return the folder."""
     for s, handler in HANDLERS.items():
         signal.signal(s, handler)
-    lock.release()  # for a caller that goes on, a test or a notebook
+    lock.release()  # for a caller that goes on
     if dist.is_initialized():
         dist.destroy_process_group()
     kept = "no checkpoint"
