@@ -1030,8 +1030,8 @@ def stop_check(row, agent, device):
 
 def finish(run_dir, lock, problem, stop, last_saved):
     """Close everything; exit on a problem or a stop, with its message; else return the folder."""
-    for s, handler in HANDLERS.items():
-        signal.signal(s, handler)
+    while HANDLERS:
+        signal.signal(*HANDLERS.popitem())
     lock.release()  # for a caller that goes on
     if dist.is_initialized():
         dist.destroy_process_group()

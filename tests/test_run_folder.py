@@ -102,7 +102,7 @@ def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, m
     """A closed terminal (SIGHUP) after iteration 1's row: the iteration finishes, a checkpoint is saved, and the
     resume command is printed with absolute paths (it works from any folder; the run was started in tmp_path with
     the default runs/). Under nohup (SIGHUP ignored when the run starts) the same SIGHUP leaves the run going to
-    its end."""
+    its end, and SIGHUP still ignored after it."""
     def hung_up(script):  # a SIGHUP as from a closed terminal, after iteration 1's row
         real_log = script.log_iteration
 
@@ -127,5 +127,6 @@ def test_sighup_stops_a_run_as_sigterm_does_and_nohup_keeps_it_going(tmp_path, m
     assert f"resume with python {os.path.join(ROOT, 'ppo_ewma.py')} --resume {run_dir}" in out
     assert "ewma" in torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a run
-    nohup = hung_up(load("ppo")).main(argv + ["--runs-dir", "x"])  # started under nohup
+    nohup = load("ppo_ewma").main(argv + ["--runs-dir", "x"])  # started under nohup, hung up after iteration 1
     assert [r["iteration"] for r in read_progress(nohup)] == ["1", "2", "3"]
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN  # left as found, not as the first run found it
