@@ -117,6 +117,8 @@ MUTATIONS = [
     ("sign-test-zeros-positive", "positive = int((d > 0).sum())", "positive = int((d >= 0).sum())",
      ["test_experiments.py"]),
     ("checkpoint-set-not-waited", "        ready()\n", "", ["test_checkpoint.py"]),
+    ("signal-handlers-kept", "    while HANDLERS:\n        signal.signal(*HANDLERS.popitem())\n",
+     "    for item in HANDLERS.items():\n        signal.signal(*item)\n", ["test_run_folder.py"]),
 ]
 
 
