@@ -626,7 +626,7 @@ def main(argv=None):
     reward_normalizer = RewardNormalizer(args.num_envs, args.norm_reward_gamma).to(device)
     adv_moments = AdvantageMoments(args.adv_ewma_decay).to(device)
     stale_rollouts = collections.deque()  # Section 5.1's FIFO of rollouts awaiting training
-    # the aux phase: its own Adam, no gradient clip
+    # the aux phase: its own Adam, no gradient clip (official code)
     aux_optimizer = torch.optim.Adam(agent.parameters(), lr=args.aux_learning_rate,
                                      eps=args.adam_eps)
     aux_buffer = AuxBuffer(args.n_pi, args.num_envs, args.num_steps, device)
