@@ -879,7 +879,7 @@ def say(*args):
 def on_signal(signum, frame):
     """Finish the iteration, save, exit; a second signal stops at once."""
     if SIGNALLED:
-        raise KeyboardInterrupt
+        sys.exit(128 + signum)
     SIGNALLED.append(signal.Signals(signum).name)
     say(f"\n{SIGNALLED[0]}: finishing this iteration, then stopping (again to stop at once)")
 

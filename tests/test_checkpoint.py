@@ -241,6 +241,18 @@ def test_every_worker_stops_for_one_reason_whichever_worker_saw_it(monkeypatch):
     assert stop_with((0, 0, 0), own_signal="SIGINT") == (None, "SIGINT")
 
 
+def test_a_second_signal_stops_at_once_with_the_signals_exit_code_and_no_traceback(monkeypatch, capsys):
+    """Ctrl-C once: the run says it stops after this iteration. Twice: it exits at once, as a stop by that signal
+    (128 + its number: 130), not with a KeyboardInterrupt traceback; the checkpoint on disk is the last one saved."""
+    script = load("ppo")
+    monkeypatch.setattr(script, "SIGNALLED", [])
+    script.on_signal(signal.SIGINT, None)
+    assert script.SIGNALLED == ["SIGINT"] and "then stopping (again to stop at once)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        script.on_signal(signal.SIGINT, None)
+    assert stop.value.code == 130
+
+
 def test_a_resume_whose_workers_checkpoints_disagree_is_refused(two_workers):
     """Every worker saves its own checkpoint: with rank 1's put back from an earlier iteration, the ranks would train
     out of step; the resume is refused in one line instead, every worker exits with code 2 (at once: no C++ abort on
