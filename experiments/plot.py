@@ -106,6 +106,8 @@ def main(argv=None):
             print(f"plot.py: left out {run['dir']}: one run per seed in a curve, the furthest (then the newest); "
                   "runs of other settings need an --exp-name of their own",
                   file=sys.stderr)
+        elif math.isnan(analysis.column_mean(run["rows"], "episodic_return")):
+            print(f"plot.py: left out {run['dir']}: no episode has ended yet", file=sys.stderr)
     plot_runs(kept, args.out, args.normalize, args.smooth, args.spread)
     print(f"{len(kept)} run{'s' if len(kept) > 1 else ''} -> {args.out}")
     return args.out

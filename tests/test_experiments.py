@@ -205,6 +205,9 @@ def test_plot_names_the_run_it_leaves_out_keeps_modes_apart_and_refuses_a_run_wi
         plot.main([empty, "-o", str(tmp_path / "d.png")])
     assert exit_info.value.code == 2 and "no episode has ended yet in" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "d.png")
+    empty = write_run(tmp_path / "e", "starpilot", "ppo", 2, [None, None])  # beside a run with episodes: named
+    plot.main([str(tmp_path / "b"), empty, "-o", str(tmp_path / "be.png")])
+    assert capsys.readouterr().err == f"plot.py: left out {empty}: no episode has ended yet\n"
     # a run of analysis.RESUMED is drawn without the first iteration after its resume, as in every figure
     drawn = []
     monkeypatch.setitem(analysis.RESUMED, os.path.basename(short), (2,))
