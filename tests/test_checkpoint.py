@@ -243,7 +243,7 @@ def test_every_worker_stops_for_one_reason_whichever_worker_saw_it(monkeypatch):
 
 def test_a_second_signal_stops_at_once_with_the_signals_exit_code_and_no_traceback(monkeypatch, capsys):
     """Ctrl-C once: the run says it stops after this iteration. Twice: it exits at once, as a stop by that signal
-    (128 + its number: 130), not with a KeyboardInterrupt traceback; the checkpoint on disk is the last one saved."""
+    (128 + its number: 130), not with a KeyboardInterrupt traceback."""
     script = load("ppo")
     monkeypatch.setattr(script, "SIGNALLED", [])
     script.on_signal(signal.SIGINT, None)

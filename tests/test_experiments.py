@@ -741,7 +741,7 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
                       ("ppo", "fig1__ppo__old-behav__stale8"),
                       ("ppo_ewma", "fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8"),
                       ("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale4")}
-    knee = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 4}  # all three at K = 4, seed 1
+    knee = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 4}  # all three at K = 4 (and (b)'s seed 2)
     assert knee == {("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale4"), ("ppo", "fig1__ppo__old-recent__stale4"),
                     ("ppo", "fig1__ppo__old-behav__stale4")}
     # 4 iterations of 128: the last tenth is the 4th alone
