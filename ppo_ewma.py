@@ -440,7 +440,7 @@ def policy_loss(logp, logp_behav, logp_prox, advantages, clip_coef, kl_penalty, 
     capped = logp_behav < floor
     # exp(logp - this) = min(pi_theta/pi_behav, imp_samp_max)
     logp_behav_capped = torch.maximum(logp_behav, floor)
-    logratio = logp - logp_prox  # log r_t(theta), against the proximal policy
+    logratio = logp - logp_prox  # log r_t(theta): clip, clipfrac, approx_kl vs prox
     pg_losses = -advantages * torch.exp(logp - logp_behav_capped)  # -(pi_prox/pi_behav_capped) r A
     if clip_coef > 0:
         clipped = torch.clamp(logratio, math.log(1 - clip_coef), math.log(1 + clip_coef))
