@@ -147,7 +147,7 @@ LEADS = {("ppo.py", "ppo_ewma.py"): "The paper's change to PPO. PPO's old policy
                                "networks; policy phases of N_pi PPO iterations; after each, an auxiliary phase: E_aux "
                                "epochs over the phase's frames that train the value network and, through an auxiliary "
                                "value head, the policy network's trunk, while a KL to the policy as the policy phase "
-                               "ended (weight beta_clone) holds the policy in place.",
+                               "ended (weight beta_clone) holds the policy's outputs in place.",
          ("ppg.py", "ppg_ewma.py"): "The same change as PPO -> PPO-EWMA, applied to PPG, plus the EWMA reset at the "
                                     "start of every policy phase (Appendix A, second-to-last paragraph)."}
 # where a reader goes at the end of each pair's page
