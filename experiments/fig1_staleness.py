@@ -27,10 +27,10 @@ ppo_ewma.py runs (6.0-6.9 min each). Too short to learn much: it checks the pipe
 staleness 0 2 8: the six runs at K = 2 and 8, a control, (b) at K = 8 with --no-clip-vloss (the value loss's clip is
 centred on values predicted K iterations earlier), and seed 2 of the three objectives at K = 8 (the ranking there rests
 on margins of about one run-to-run difference), then (b) and (a) at K = 4, seed 1 (the knee), the control's seed 2, (c)
-at K = 4 and seed 2 of (b) and (a) at K = 4, one at a time on both cores into runs/fig1_cpu (1-2.5 h a run, measured;
---dry-run estimates what is left), each copied to data/runs when it finishes (the same command continues the sweep
-later); K = 0 is the README's ppo.py runs, seeds 1 and 2 (at K = 0 the three objectives are one). An iteration is 16,384
-env steps here (the paper's 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone:
+at K = 4 and seed 2 of (b), (a) and (c) at K = 4, one at a time on both cores into runs/fig1_cpu (1-2.5 h a run,
+measured; --dry-run estimates what is left), each copied to data/runs when it finishes (the same command continues the
+sweep later); K = 0 is the README's ppo.py runs, seeds 1 and 2 (at K = 0 the three objectives are one). An iteration is
+16,384 env steps here (the paper's 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone:
 docs/figures/fig1_cpu.png (the return over the last 10% of the env steps against K, one line per objective; each
 objective's learning curves), data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run
 and over the last 10%, with fresh PPO after as many updates as each K allows, and each run's entropy, approx_kl and
@@ -68,9 +68,10 @@ CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distr
        "save_model": True, "committed": sweep.COMMITTED,
        # (variant, K, seed) beside the sweep: the value-clip control, a second seed at K = 8, K = 4 (the knee), the
        # control's second seed, (c) at K = 4, a second seed of (b) at K = 4 (where it fell before the paper's knee)
-       # and of (a) there (is (b) level with (a) at K = 4?)
+       # and of (a) and (c) there: K = 4 in two seeds each
        "extra_runs": [("noclip", 8, 1), ("recent", 8, 2), ("behav", 8, 2), ("decoupled", 8, 2), ("decoupled", 4, 1),
-                      ("recent", 4, 1), ("noclip", 8, 2), ("behav", 4, 1), ("decoupled", 4, 2), ("recent", 4, 2)],
+                      ("recent", 4, 1), ("noclip", 8, 2), ("behav", 4, 1), ("decoupled", 4, 2), ("recent", 4, 2),
+                      ("behav", 4, 2)],
        "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
        "sps_per_core": {"ppo": 205, "ppo_ewma": 190},
        "estimate_note": "the medians of the sps of the committed runs that name the AMD EPYC (Zen 4), one at a "
