@@ -742,9 +742,10 @@ def all_reduce_sum(tensor):
     return tensor
 
 
+@torch.no_grad()
 def prepare_networks(learner, args):
     """Rank 0's weights on every worker (not buffers: a worker's envs' returns are its own);
-    --bf16 and --compile (static shapes: dynamic ones fail in torch 2.13) for every IMPALA CNN."""
+    --bf16, --compile (dynamic shapes fail in torch 2.13) for every IMPALA CNN."""
     nets = [m for m in learner.values() if isinstance(m, nn.Module)]
     if dist.is_initialized():
         for net in nets:
