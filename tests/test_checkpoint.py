@@ -124,7 +124,7 @@ STAND_IN = dict(os.environ, STAND_IN_ENV="1")  # the workers' environment: exact
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
     """torchrun, 2 gloo workers, the stand-in environment, PPG-EWMA with N_pi = 1 and staleness 1, 4 iterations. Side
-    by side (a thread per worker): "full", a run that never stopped, and "out", its console; "part", a run whose
+    by side (a thread per worker): "full", a run that never stopped, "out" and "err", its console; "part", a run whose
     torchrun launcher alone was killed (kill -9) as rollout 2 began, "stopped", its console to the workers' exit,
     "at_stop", a copy of its folder then. Then side by side: "part" resumed to its end; "refused", the exit code and
     stderr of a resume of "mixed", full's folder with at_stop's rank-1 checkpoint; "disk_full", those of a resume of a
@@ -164,7 +164,7 @@ def two_workers(tmp_path_factory):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     refused_err = refused.communicate(timeout=600)[1]
     failed_err = failed.communicate(timeout=600)[1]
-    return {"full": full, "out": out, "stopped": stopped, "at_stop": at_stop, "part": part, "mixed": mixed,
+    return {"full": full, "out": out, "err": err, "stopped": stopped, "at_stop": at_stop, "part": part, "mixed": mixed,
             "refused": (refused.returncode, refused_err), "disk_full": (failed.returncode, failed_err, disk_full)}
 
 
@@ -174,6 +174,7 @@ def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(two
     rollout; each later one trains, then its aux phase). And the workers' run: one folder (rank 0's), one console,
     every worker's steps counted, the same learner on both."""
     full, out, part = two_workers["full"], two_workers["out"], two_workers["part"]
+    assert "autograd kernel was not registered" not in two_workers["err"]  # weights broadcast under no_grad
     assert len(checkpoint(two_workers["at_stop"])["stale_rollouts"]) == 1
     assert [int(r["global_step"]) for r in read_progress(part)] == [2 * BATCH * i for i in (1, 2, 3, 4)]  # 2 workers
     assert all(r["aux_kl"] != "" for r in read_progress(part)[1:])
