@@ -4,8 +4,7 @@ an EWMA of the policy network ("Batch size-invariance for policy optimization", 
 
     python ppo_ewma.py --env-id starpilot
 
-The algorithm first, its sections in one order in all four scripts; then the machinery, an appendix
-identical in all four."""
+The algorithm first, its sections in one order in all four scripts; the machinery last."""
 import argparse
 import collections
 import contextlib
@@ -26,6 +25,7 @@ import filelock  # comes with torch: the run folder's lock (open_run)
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # before any group: its defaults would keep it to the exit
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -577,7 +577,7 @@ def main(argv=None):
         if args.eval_episodes and due(iteration, args.eval_interval, num_iterations):
             stats |= evaluate_held_out(args, agent, iteration)
         if args.capture_video and due(iteration, args.video_interval, num_iterations):
-            save_video(args, agent, run_dir, iteration)  # a GIF of one episode
+            save_video(args, agent, run_dir, iteration)
         row = log_iteration(run_dir, args, device, iteration, num_iterations, stats, rollout_log,
                             seconds, clock)
         problem, stop = stop_check(row, agent, device)  # a NaN or inf; a signal; torchrun gone
@@ -684,7 +684,7 @@ def resume_command(run_dir, world_size):
 # --- Many workers (torchrun) and the device -------------------------------------------------------
 # `torchrun --nproc-per-node W script.py` starts W workers of --num-envs envs each (the paper:
 # 4 x 64); each holds the same networks and steps on the averaged gradient.
-LAUNCHER = os.getppid()  # a torchrun worker's launcher: if it dies (kill -9), the workers stop
+LAUNCHER = os.getppid()  # torchrun, for a worker: if it dies (kill -9), the workers stop
 
 
 def worker():
@@ -719,7 +719,7 @@ def setup(args):
     torch.set_num_threads(cpu_threads())
     # training's random generator (Procgen, evaluate() seed their own)
     torch.manual_seed(args.seed + worker()[0])
-    if args.micro_batch_size is None:  # 1-2 CPU threads: 16-64 ran alike, 128 1.22-1.50x slower
+    if args.micro_batch_size is None:  # 1-2 CPU threads: 16-64 ran alike, 128 slower
         args.micro_batch_size = 0 if use_cuda else max(32, 16 * cpu_threads())
     return device
 
@@ -901,7 +901,7 @@ HANDLERS = {}  # the handlers that on_signal replaced, put back when the run end
 def error(message):
     """One line and exit code 2, as argparse's."""
     print(f"{SCRIPT}: error: {message}", file=sys.stderr, flush=True)
-    if dist.is_initialized():  # a torchrun worker leaves at once: torch's C++ teardown can abort
+    if dist.is_initialized():  # at once: torch's teardown of a live group can abort
         os._exit(2)
     sys.exit(2)
 

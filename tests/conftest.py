@@ -1,7 +1,6 @@
 """Shared test helpers: load the four scripts as modules, run them on tiny configs (on the CPU, or CUDA where asked)."""
 import csv
 import glob
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -11,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from stand_in import ROOT, StatelessEnv, load  # noqa: F401  (the helpers a worker needs, without sweep's imports)
+
 EXPERIMENTS = os.path.join(ROOT, "experiments")
 sys.path[:0] = [EXPERIMENTS, os.path.join(EXPERIMENTS, "tools")]  # experiments/' modules, as they import each other
 from sweep import SCRIPTS  # noqa: E402  (ppo, ppo_ewma, ppg, ppg_ewma)
@@ -43,16 +43,6 @@ def same_threads():
     torch.set_num_threads(THREADS)
 
 
-def load(name, folder=ROOT):
-    """Import <folder>/<name>.py (ppo.py etc. by default) as a module named `name`, once."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def tiny_argv(name, *extra, device="cpu"):
     argv = TINY + (TINY_PPG if name in PPG_SCRIPTS else TINY_PPO) + list(extra)
     return argv if str(device) == "cpu" else [a for a in argv if a != "--no-cuda"] + ["--cuda"]
@@ -78,32 +68,6 @@ def run_dirs(parent):
 
 def learning_columns(rows):
     return [{c: r[c] for c in LEARNING_COLUMNS} for r in rows]
-
-
-class StatelessEnv:
-    """A stand-in for Procgen (the scripts' ProcgenVecEnv) with no state to lose: the same frame every step, one-step
-    episodes paying 1 for action 3. A resumed run then sees exactly the data the uninterrupted run sees, so everything
-    must match."""
-    def __init__(self, env_id, num_envs, distribution_mode, num_levels, start_level, seed):
-        self.num_envs, self.first = num_envs, np.ones(num_envs, dtype=bool)
-        self.obs = np.full((num_envs, 64, 64, 3), 90, dtype=np.uint8)
-
-    def step(self, actions):
-        reward, done = self.reward(np.asarray(actions)), np.ones(self.num_envs, dtype=bool)
-        self.obs = self.next_frame()
-        return self.obs, reward, done, (reward.astype(np.float64), done.astype(int))  # each episode ends: its return, 1
-
-    def reward(self, actions):
-        return (actions == 3).astype(np.float32)
-
-    def next_frame(self):
-        return self.obs
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state):
-        pass
 
 
 class EchoEnv(StatelessEnv):

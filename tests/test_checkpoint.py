@@ -14,6 +14,7 @@ import torch
 
 from conftest import (BATCH, BESIDE, GPU, LEARNING_COLUMNS, ROOT, assert_same_state, copy_run, learning_columns,
                       load, read_progress, run_tiny, started, tiny_argv)
+from stand_in import GLOO_LEFT
 
 
 def checkpoint(run_dir, name="checkpoint.pt"):
@@ -124,12 +125,13 @@ STAND_IN = dict(os.environ, STAND_IN_ENV="1")  # the workers' environment: exact
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
     """torchrun, 2 gloo workers, the stand-in environment, PPG-EWMA with N_pi = 1 and staleness 1, 4 iterations. Side
-    by side (a thread per worker): "full", a run that never stopped, "out" and "err", its console; "part", a run whose
+    by side (a thread per worker): "full", a run that never stopped, "out", its console; "part", a run whose
     torchrun launcher alone was killed (kill -9) as rollout 2 began, "stopped", its console to the workers' exit,
     "at_stop", a copy of its folder then. Then side by side: "part" resumed to its end; "refused", the exit code and
     stderr of a resume of "mixed", full's folder with at_stop's rank-1 checkpoint; "disk_full", those of a resume of a
-    copy of full whose rank-1 checkpoint cannot be written, and the copy. The workers run in sessions of their own,
-    and checkpoint only as they stop and at the end."""
+    copy of full whose rank-1 checkpoint cannot be written, and the copy; "errs", the stderr of full, of part to the
+    workers' exit and of its resume. The workers run in sessions of their own, and checkpoint only as they stop and at
+    the end."""
     tmp = tmp_path_factory.mktemp("two_workers")
     argv = lambda folder: tiny_argv("ppg_ewma", "--runs-dir", str(tmp / folder), "--total-timesteps",  # noqa: E731
                                     str(2 * 4 * BATCH), "--staleness", "1", "--n-pi", "1", "--save-interval", "100")
@@ -146,6 +148,7 @@ def two_workers(tmp_path_factory):
             break
     stopped += proc.stdout.readlines()  # until every worker has closed its end of the pipe: all have exited
     proc.wait(timeout=60)
+    stopped_err = proc.stderr.read()
     out, err = full.communicate(timeout=600)
     assert full.returncode == 0, err[-3000:]
     full, part = (os.path.join(tmp, folder, os.listdir(tmp / folder)[0]) for folder in ("full", "part"))
@@ -164,8 +167,9 @@ def two_workers(tmp_path_factory):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     refused_err = refused.communicate(timeout=600)[1]
     failed_err = failed.communicate(timeout=600)[1]
-    return {"full": full, "out": out, "err": err, "stopped": stopped, "at_stop": at_stop, "part": part, "mixed": mixed,
-            "refused": (refused.returncode, refused_err), "disk_full": (failed.returncode, failed_err, disk_full)}
+    return {"full": full, "out": out, "errs": (err, stopped_err, resumed.stderr), "stopped": stopped,
+            "at_stop": at_stop, "part": part, "mixed": mixed, "refused": (refused.returncode, refused_err),
+            "disk_full": (failed.returncode, failed_err, disk_full)}
 
 
 def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(two_workers):
@@ -174,7 +178,9 @@ def test_two_worker_resume_continues_exactly_where_an_uninterrupted_run_goes(two
     rollout; each later one trains, then its aux phase). And the workers' run: one folder (rank 0's), one console,
     every worker's steps counted, the same learner on both."""
     full, out, part = two_workers["full"], two_workers["out"], two_workers["part"]
-    assert "autograd kernel was not registered" not in two_workers["err"]  # weights broadcast under no_grad
+    err = "".join(two_workers["errs"])  # the run that never stopped, the stopped one, its resume
+    assert "autograd kernel was not registered" not in err  # weights broadcast under no_grad
+    assert GLOO_LEFT not in err  # each worker's process group ended by destroy_process_group (stand_in.py)
     assert len(checkpoint(two_workers["at_stop"])["stale_rollouts"]) == 1
     assert [int(r["global_step"]) for r in read_progress(part)] == [2 * BATCH * i for i in (1, 2, 3, 4)]  # 2 workers
     assert all(r["aux_kl"] != "" for r in read_progress(part)[1:])
