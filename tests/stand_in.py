@@ -9,6 +9,7 @@ torchrun worker whose gloo threads still run says so on stderr (GLOO_LEFT): its 
 destroy_process_group, to be torn down with the interpreter, where it can abort the worker. The process imports
 SCRIPT.py alone, as python does (conftest imports sweep, and so ppo.py): conftest takes load and StatelessEnv from
 here."""
+import contextlib
 import importlib.util
 import os
 import signal
@@ -77,7 +78,12 @@ def thread_names():
     """This process's threads, by the names Linux gives them (gloo's are gloo_tcp_loop and pt_gloo_runloop); elsewhere
     none."""
     tasks = "/proc/self/task"
-    return sorted(open(f"{tasks}/{t}/comm").read().strip() for t in os.listdir(tasks)) if os.path.isdir(tasks) else []
+    names = []
+    for thread in os.listdir(tasks) if os.path.isdir(tasks) else []:
+        with contextlib.suppress(OSError):  # a thread that ended since the listing
+            with open(os.path.join(tasks, thread, "comm")) as f:
+                names.append(f.read().strip())
+    return sorted(names)
 
 
 if __name__ == "__main__":
