@@ -707,7 +707,7 @@ except ImportError:
 
 # --- Argument checks and resume -------------------------------------------------------------------
 def check_args(p, args, epochs):
-    """What no one flag's type sees: a batch cut into whole parts, and Section 4's one epoch."""
+    """Rules across flags: a batch cut into whole parts, and Section 4's one epoch."""
     c = args.batch_divisor
     n = args.num_envs // c
     t = args.num_steps
@@ -730,8 +730,8 @@ FREE = ("total_timesteps", "cuda", "save_interval", "capture_video", "video_inte
 
 
 def resume_args(p, argv, args):
-    """--resume or --evaluate RUN_DIR: the run's config.json becomes the parser's defaults, as in
-    nanoGPT. Only the FREE flags may be typed again: the run stays one configuration."""
+    """--resume or --evaluate RUN_DIR: the run's config.json becomes the parser's defaults. Only
+    the FREE flags may be typed again: the run stays one configuration."""
     run_dir = args.resume or args.evaluate
     flag = "resume" if args.resume else "evaluate"
     checkpoint = checkpoint_path(run_dir)
@@ -804,8 +804,8 @@ def setup(args):
     if worker()[1] > 1:
         gpu_each = use_cuda and torch.cuda.device_count() >= local_size
         dist.init_process_group("nccl" if gpu_each else "gloo")
-    # TF32 (a 10-bit mantissa) and cuDNN's fastest algorithms: a GPU run, and so its resume, is
-    # not repeatable to the bit (a CPU run's is)
+    # TF32 (a 10-bit mantissa); cuDNN's fastest algorithms, not all deterministic: a GPU run,
+    # its resume too, is not repeatable to the bit (a CPU run's is)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
@@ -945,7 +945,7 @@ def save_checkpoint(run_dir, learner, stale_rollouts, iteration, time_s):
 
 
 def load_checkpoint(run_dir, learner, stale_rollouts):
-    """--resume, as nanoGPT's: the saved state back in place; returns (iteration, time_s)."""
+    """--resume and --evaluate: the saved state back in place; returns (iteration, time_s)."""
     path = checkpoint_path(run_dir)
     try:  # safe, mapped, onto the CPU from any device: load_state_dict puts each tensor in place
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -1080,8 +1080,8 @@ def due(iteration, every, num_iterations):
 
 def log_iteration(run_dir, args, device, iteration, num_iterations, stats, rollout_log, seconds,
                   clock):
-    """Every worker's finished episodes in a row of progress.csv (rank 0) and a console line;
-    returns the row. `seconds`: this iteration's training, for its speed; `clock`: main's."""
+    """Rank 0 writes a row of progress.csv (every worker's episodes, its own losses) and a console
+    line; returns the row. `seconds`: this iteration's training, for its speed; `clock`: main's."""
     time_before, began, start = clock
     returns = rollout_log["episode_returns"]
     lengths = rollout_log["episode_lengths"]
