@@ -1,6 +1,7 @@
 """The diffs between sibling scripts are the tutorial: they show only their story, and the appendix (the machinery
 after the APPENDIX banner) is the same, to the character, in all four files."""
 import ast
+import collections
 import difflib
 import functools
 import glob
@@ -115,9 +116,10 @@ def test_the_scripts_stay_within_their_byte_budgets():
 
 @pytest.mark.parametrize("name", [f"{s}.py" for s in SCRIPTS])
 def test_one_statement_a_line_within_the_width(name):
-    """No line over WIDTH characters but parse_args's flag lines (FLAG_LIST_WIDTH); no assignment that packs
-    unrelated values (`a, b = x, y`; unpacking a call's tuple is one value); no definition longer than
-    DEFINITION_LINES but parse_args and main, and no class with more than CLASS_ATTRIBUTES attributes."""
+    """No line over WIDTH characters but parse_args's flag lines (FLAG_LIST_WIDTH); no two statements on a line
+    (`a = 1; b = 2`, `if a: b`); no assignment that packs unrelated values (`a, b = x, y`; unpacking a call's tuple
+    is one value); no definition longer than DEFINITION_LINES but parse_args and main, and no class with more than
+    CLASS_ATTRIBUTES attributes."""
     source = read(name)
     tree = ast.parse(source)
     top = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
@@ -128,6 +130,8 @@ def test_one_statement_a_line_within_the_width(name):
     packed = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assign)
               and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple)]
     assert packed == []
+    starts = collections.Counter(node.lineno for node in ast.walk(tree) if isinstance(node, ast.stmt))
+    assert [line for line, count in starts.items() if count > 1] == []
     long = {key: node.end_lineno - node.lineno + 1 for key, node in top.items() if key not in ("parse_args", "main")}
     assert max(long.values()) <= DEFINITION_LINES, max(long.items(), key=lambda item: item[1])
     for node in [n for n in tree.body if isinstance(n, ast.ClassDef)]:

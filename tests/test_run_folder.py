@@ -77,11 +77,10 @@ def wait_for(proc, prefix):
 
 
 def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(tmp_path, capsys, request):
-    """One writer per run folder: a resume of a run that still trains (or of one whose orphaned workers do) stops in
-    one line before anything is written; once the first process has gone, however it ended (here kill -9), the
-    same resume works. The first run holds as its third iteration begins, once the second's row and checkpoint are
-    written, so the resume reads a whole checkpoint, and the first cannot finish its 5 iterations and let go before
-    the resume has tried."""
+    """One writer per run folder: a resume of a run that still trains stops in one line before anything is written; once
+    the first process has gone, however it ended (here kill -9), the same resume works. The first run holds as its third
+    iteration begins, once the second's row and checkpoint are written, so the resume reads a whole checkpoint, and the
+    first cannot finish its 5 iterations and let go before the resume has tried."""
     ppo = load("ppo")
     proc = started("ppo", tiny_argv("ppo", "--runs-dir", str(tmp_path), "--total-timesteps", str(5 * BATCH),
                                     "--save-interval", "1"), at_rollout="3,hold")
