@@ -69,10 +69,10 @@ CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distr
        # (variant, K, seed) beside the sweep: the value-clip control, a second seed at K = 8, K = 4 (the knee), the
        # control's second seed, (c) at K = 4, a second seed of (b) at K = 4 (where it fell before the paper's knee)
        # and of (a) and (c) there: K = 4 in two seeds each; a second seed of (b) at K = 2, where it barely fell, and
-       # of (a) there
+       # of (a) and (c) there
        "extra_runs": [("noclip", 8, 1), ("recent", 8, 2), ("behav", 8, 2), ("decoupled", 8, 2), ("decoupled", 4, 1),
                       ("recent", 4, 1), ("noclip", 8, 2), ("behav", 4, 1), ("decoupled", 4, 2), ("recent", 4, 2),
-                      ("behav", 4, 2), ("decoupled", 2, 2), ("recent", 2, 2)],
+                      ("behav", 4, 2), ("decoupled", 2, 2), ("recent", 2, 2), ("behav", 2, 2)],
        "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
        "sps_per_core": {"ppo": 205, "ppo_ewma": 190},
        "estimate_note": "the medians of the sps of the committed runs that name the AMD EPYC (Zen 4), one at a "

@@ -728,7 +728,7 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
             "--out-dir", str(tmp_path)]
     runs = staleness.build_runs(staleness.parse_args(argv))
     at_0 = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 0}
-    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 18
+    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 19
     assert {r.seed for r in runs if r.tags["staleness"] == 0} == {1, 2}  # the README's two ppo.py runs
     control = sweep.DEFAULTS["ppo_ewma"] | {"clip_vloss": False, "prox": "recent", "staleness": 8}
     controls = [r for r in runs if r.tags == {"variant": "noclip", "staleness": 8}]
@@ -736,10 +736,11 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
                                                         for s in (1, 2)]
     assert all(r.options[k] == v for r in controls for k, v in control.items())
     assert all(r.options[k] == v for r in runs if r not in controls for k, v in sweep.DEFAULTS[r.script].items())
-    # seed 2 at K = 8 and 4, and for (a) and (b) at K = 2
+    # seed 2 at K = 8, 4 and 2
     second = {(r.script, r.exp_name) for r in runs if r.seed == 2 and r.tags["staleness"]}
     assert second == {("ppo", "fig1__ppo__old-recent__stale8"), ("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale8"),
                       ("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale2"), ("ppo", "fig1__ppo__old-recent__stale2"),
+                      ("ppo", "fig1__ppo__old-behav__stale2"),
                       ("ppo", "fig1__ppo__old-behav__stale8"),
                       ("ppo_ewma", "fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8"),
                       ("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale4"), ("ppo", "fig1__ppo__old-recent__stale4"),
@@ -765,7 +766,8 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
     assert "| (c) PPO, old = behav | 5.00 | 2.50 | 3.00 | 1.00 |" in out
     assert "| (b) without the value clip |  |  |  | 4.00 |" in out  # the control, at its own K: 3 and 5
     assert ("| env steps | K=0 (all) seed 1 | K=0 (all) seed 2 | K=2 recent seed 1 | K=2 recent seed 2 | "
-            "K=2 decoupled seed 1 | K=2 decoupled seed 2 | K=2 behav seed 1 | K=4 recent seed 1 | K=4 recent seed 2 | "
-            "K=4 decoupled seed 1 | K=4 decoupled seed 2 | K=4 behav seed 1 | K=4 behav seed 2 | K=8 recent seed 2 | "
-            "K=8 decoupled seed 2 | K=8 behav seed 2 | K=8 noclip seed 1 | K=8 noclip seed 2 |") in out
-    assert len(list(csv.DictReader(open(summary)))) == 22  # the K = 0 runs once per objective
+            "K=2 decoupled seed 1 | K=2 decoupled seed 2 | K=2 behav seed 1 | K=2 behav seed 2 | "
+            "K=4 recent seed 1 | K=4 recent seed 2 | K=4 decoupled seed 1 | K=4 decoupled seed 2 | "
+            "K=4 behav seed 1 | K=4 behav seed 2 | K=8 recent seed 2 | K=8 decoupled seed 2 | K=8 behav seed 2 | "
+            "K=8 noclip seed 1 | K=8 noclip seed 2 |") in out
+    assert len(list(csv.DictReader(open(summary)))) == 23  # the K = 0 runs once per objective
