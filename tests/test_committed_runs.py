@@ -333,7 +333,7 @@ def test_learning_curve_tables_and_figure_by_hand(tmp_path, capsys, monkeypatch)
     out = str(tmp_path / "figures" / "learning.png")
     assert learning_curve.main(["--total-timesteps", "300000", "-o", out, "--smooth-steps", "60000"]) == out
     printed = capsys.readouterr().out
-    assert os.path.getsize(out) > 0
+    assert os.path.getsize(out) > 0 and "Mean episodic return per 100,000 env steps\n" in printed  # none resumed
     # return per 100k env steps: the iterations ending in (0, 100k], (100k, 200k], (200k, 300k]
     # ppo: 1 2 3 | 4 5 6 | (none) 8 9 10;  ppo_ewma: 2 4 | 6 8 | 10 12
     assert ("| env steps | ppo seed 1 | ppo_ewma seed 1 |\n|---|---|---|\n| (0, 100k] | 2.00 | 3.00 |\n"
@@ -424,7 +424,9 @@ def test_learning_curve_leaves_out_the_first_iteration_after_a_resume(tmp_path, 
     run = write_run(tmp_path, "starpilot", "ppo", 1, [1, 2, 9, 4, 5, 6], batch=50_000, config={"script": "ppo.py"})
     monkeypatch.setattr(analysis, "RESUMED", {os.path.basename(run): (3,)})  # resumed from iteration 2's checkpoint
     learning_curve.main([run, "-o", str(tmp_path / "curve.png"), "--smooth-steps", "50000"])
-    assert "| (0, 100k] | 1.50 |\n| (100k, 200k] | 4.00 |\n| (200k, 300k] | 5.50 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| (0, 100k] | 1.50 |\n| (100k, 200k] | 4.00 |\n| (200k, 300k] | 5.50 |" in out
+    assert "per 100,000 env steps (the first iteration after a resume left out)" in out
 
 
 def test_git_keeps_a_committed_runs_files_and_leaves_out_its_checkpoint():

@@ -81,7 +81,9 @@ def tables(runs, width, references=None):
            for label, run in zip(labels, runs) for row in run["rows"] if math.isfinite(row.get("aux_kl", math.nan))]
     aux = analysis.markdown_table(["run", "aux phase after iteration", "KL to pi_old", "aux value loss",
                                    "true value loss", "time"], aux) if aux else ""
-    return (f"Mean episodic return per {width:,} env steps (the first iteration after a resume left out)\n\n{returns}"
+    resumed = any(os.path.basename(os.path.normpath(r["dir"])) in analysis.RESUMED for r in runs)
+    left_out = " (the first iteration after a resume left out)" if resumed else ""
+    return (f"Mean episodic return per {width:,} env steps{left_out}\n\n{returns}"
             f"\n\nWall time and speed\n\n{speed}" + (f"\n\nPPG's aux phases: each loss's mean over the phase's "
                                                    f"minibatches (0.5 x MSE for the values)\n\n{aux}" if aux else ""))
 
