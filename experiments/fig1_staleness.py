@@ -26,12 +26,12 @@ ppo_ewma.py runs (6.0-6.9 min each). Too short to learn much: it checks the pipe
 --cpu (the paper's three findings at CPU scale): StarPilot, easy, seed 1, 1M env steps, the scripts' defaults otherwise,
 staleness 0 2 8: the six runs at K = 2 and 8, a control, (b) at K = 8 with --no-clip-vloss (the value loss's clip is
 centred on values predicted K iterations earlier), and seed 2 of the three objectives at K = 8 (the ranking there rests
-on margins of about one run-to-run difference), then (b) and (a) at K = 4, seed 1 (the knee), the control's seed 2, (c)
-at K = 4 and seed 2 of (b), (a) and (c) at K = 4, one at a time on both cores into runs/fig1_cpu (1-2.5 h a run,
-measured; --dry-run estimates what is left), each copied to data/runs when it finishes (the same command continues the
-sweep later); K = 0 is the README's ppo.py runs, seeds 1 and 2 (at K = 0 the three objectives are one). An iteration is
-16,384 env steps here (the paper's 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone:
-docs/figures/fig1_cpu.png (the return over the last 10% of the env steps against K, one line per objective; each
+on margins of about one run-to-run difference), then (b) and (a) at K = 4, seed 1 (the knee), the control's seed 2,
+(c) at K = 4 and seed 2 of (b), (a) and (c) at K = 4 and then at K = 2, one at a time on both cores into runs/fig1_cpu
+(1-2.5 h a run, measured; --dry-run estimates what is left), each copied to data/runs when it finishes (the same command
+continues the sweep later); K = 0 is the README's ppo.py runs, seeds 1 and 2 (at K = 0 the three objectives are one). An
+iteration is 16,384 env steps here (the paper's 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs
+alone: docs/figures/fig1_cpu.png (the return over the last 10% of the env steps against K, one line per objective; each
 objective's learning curves), data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run
 and over the last 10%, with fresh PPO after as many updates as each K allows, and each run's entropy, approx_kl and
 clipfrac over the last 10%.
