@@ -25,7 +25,7 @@ import filelock  # comes with torch: the run folder's lock (open_run)
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # before any group: its defaults would keep it to the exit
+import torch.distributed.nn  # here, not later by Adam: it would keep the process group alive
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -901,7 +901,7 @@ HANDLERS = {}  # the handlers that on_signal replaced, put back when the run end
 def error(message):
     """One line and exit code 2, as argparse's."""
     print(f"{SCRIPT}: error: {message}", file=sys.stderr, flush=True)
-    if dist.is_initialized():  # at once: torch's teardown of a live group can abort
+    if dist.is_initialized():  # at once: tearing down a live group can abort
         os._exit(2)
     sys.exit(2)
 
