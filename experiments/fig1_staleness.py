@@ -27,14 +27,14 @@ ppo_ewma.py runs (6.0-6.9 min each). Too short to learn much: it checks the pipe
 staleness 0 2 8: the six runs at K = 2 and 8, a control, (b) at K = 8 with --no-clip-vloss (the value loss's clip is
 centred on values predicted K iterations earlier), and seed 2 of the three objectives at K = 8 (the ranking there rests
 on margins of about one run-to-run difference), then (b) and (a) at K = 4, seed 1 (the knee), the control's seed 2,
-(c) at K = 4 and seed 2 of (b), (a) and (c) at K = 4 and then at K = 2, one at a time on both cores into runs/fig1_cpu
-(1-2.5 h a run, measured; --dry-run estimates what is left), each copied to data/runs when it finishes (the same command
-continues the sweep later); K = 0 is the README's ppo.py runs, seeds 1 and 2 (at K = 0 the three objectives are one). An
-iteration is 16,384 env steps here (the paper's 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs
-alone: docs/figures/fig1_cpu.png (the return over the last 10% of the env steps against K, one line per objective; each
-objective's learning curves), data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run
-and over the last 10%, with fresh PPO after as many updates as each K allows, and each run's entropy, approx_kl and
-clipfrac over the last 10%.
+(c) at K = 4 and seed 2 of (b), (a) and (c) at K = 4 and then at K = 2, then the control at K = 4, seeds 1 and 2 (is the
+clip why (b) falls there?), one at a time on both cores into runs/fig1_cpu (1-2.5 h a run, measured; --dry-run estimates
+what is left), each copied to data/runs when it finishes (the same command continues the sweep later); K = 0 is the
+README's ppo.py runs, seeds 1 and 2 (at K = 0 the three objectives are one). An iteration is 16,384 env steps here (the
+paper's 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone: docs/figures/fig1_cpu.png (the
+return over the last 10% of the env steps against K, one line per objective; each objective's learning curves),
+data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run and over the last 10%, with
+fresh PPO after as many updates as each K allows, and each run's entropy, approx_kl and clipfrac over the last 10%.
 
 Resumable: finished runs (same exp_name, e.g. fig1__ppo__old-recent__stale4, matching config, progress
 reaching --total-timesteps) are skipped, so rerunning the same command continues an interrupted sweep.
@@ -69,10 +69,11 @@ CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distr
        # (variant, K, seed) beside the sweep: the value-clip control, a second seed at K = 8, K = 4 (the knee), the
        # control's second seed, (c) at K = 4, a second seed of (b) at K = 4 (where it fell before the paper's knee)
        # and of (a) and (c) there: K = 4 in two seeds each; a second seed of (b) at K = 2, where it barely fell, and
-       # of (a) and (c) there
+       # of (a) and (c) there; the control at K = 4, two seeds: is the value clip (b)'s fall there?
        "extra_runs": [("noclip", 8, 1), ("recent", 8, 2), ("behav", 8, 2), ("decoupled", 8, 2), ("decoupled", 4, 1),
                       ("recent", 4, 1), ("noclip", 8, 2), ("behav", 4, 1), ("decoupled", 4, 2), ("recent", 4, 2),
-                      ("behav", 4, 2), ("decoupled", 2, 2), ("recent", 2, 2), ("behav", 2, 2)],
+                      ("behav", 4, 2), ("decoupled", 2, 2), ("recent", 2, 2), ("behav", 2, 2), ("noclip", 4, 1),
+                      ("noclip", 4, 2)],
        "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
        "sps_per_core": {"ppo": 205, "ppo_ewma": 190},
        "estimate_note": "the medians of the sps of the committed runs that name the AMD EPYC (Zen 4), one at a "

@@ -728,13 +728,14 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
             "--out-dir", str(tmp_path)]
     runs = staleness.build_runs(staleness.parse_args(argv))
     at_0 = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 0}
-    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 19
+    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 21
     assert {r.seed for r in runs if r.tags["staleness"] == 0} == {1, 2}  # the README's two ppo.py runs
-    control = sweep.DEFAULTS["ppo_ewma"] | {"clip_vloss": False, "prox": "recent", "staleness": 8}
-    controls = [r for r in runs if r.tags == {"variant": "noclip", "staleness": 8}]
-    assert [(r.exp_name, r.seed) for r in controls] == [("fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8", s)
-                                                        for s in (1, 2)]
+    control = sweep.DEFAULTS["ppo_ewma"] | {"clip_vloss": False, "prox": "recent"}
+    controls = [r for r in runs if r.tags["variant"] == "noclip"]
+    assert sorted((r.exp_name, r.seed) for r in controls) == [
+        (f"fig1__ppo_ewma__prox-recent-no-clip-vloss__stale{k}", s) for k in (4, 8) for s in (1, 2)]
     assert all(r.options[k] == v for r in controls for k, v in control.items())
+    assert all(r.options["staleness"] == r.tags["staleness"] for r in controls)
     assert all(r.options[k] == v for r in runs if r not in controls for k, v in sweep.DEFAULTS[r.script].items())
     # seed 2 at K = 8, 4 and 2
     second = {(r.script, r.exp_name) for r in runs if r.seed == 2 and r.tags["staleness"]}
@@ -743,15 +744,19 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
                       ("ppo", "fig1__ppo__old-behav__stale2"),
                       ("ppo", "fig1__ppo__old-behav__stale8"),
                       ("ppo_ewma", "fig1__ppo_ewma__prox-recent-no-clip-vloss__stale8"),
+                      ("ppo_ewma", "fig1__ppo_ewma__prox-recent-no-clip-vloss__stale4"),
                       ("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale4"), ("ppo", "fig1__ppo__old-recent__stale4"),
                       ("ppo", "fig1__ppo__old-behav__stale4")}
-    knee = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 4}  # all three at K = 4, two seeds each
+    # all three at K = 4 and the control, two seeds each
+    knee = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 4}
     assert knee == {("ppo_ewma", "fig1__ppo_ewma__prox-recent__stale4"), ("ppo", "fig1__ppo__old-recent__stale4"),
-                    ("ppo", "fig1__ppo__old-behav__stale4")}
+                    ("ppo", "fig1__ppo__old-behav__stale4"),
+                    ("ppo_ewma", "fig1__ppo_ewma__prox-recent-no-clip-vloss__stale4")}
     # 4 iterations of 128: the last tenth is the 4th alone
     returns = {(0, 1): [1.0, 2.0, 3.0, 4.0], (0, 2): [1.0, 2.0, 3.0, 6.0], ("recent", 2): [1.0, 1.0, 1.0, 0.5],
                ("decoupled", 2): [1.0, 2.0, 3.0, 5.0], ("behav", 2): [1.0, 2.0, 2.0, 2.5],
                ("noclip", 8, 1): [1.0, 1.0, 1.0, 3.0], ("noclip", 8, 2): [1.0, 1.0, 1.0, 5.0],
+               ("noclip", 4, 1): [1.0, 1.0, 1.0, 2.0], ("noclip", 4, 2): [1.0, 1.0, 1.0, 4.0],
                ("recent", 8): [1.0, 1.0, 1.0, 1.5], ("decoupled", 8): [1.0, 1.0, 1.0, 2.0], ("behav", 8): [1.0] * 4,
                ("decoupled", 4): [1.0, 1.0, 1.0, 4.0], ("recent", 4): [1.0, 1.0, 1.0, 1.0],
                ("behav", 4): [1.0, 1.0, 1.0, 3.0]}
@@ -764,10 +769,10 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
     assert "| (a) PPO, old = recent | 5.00 | 0.50 | 1.00 | 1.50 |" in out and os.path.getsize(figure) > 0  # K = 0: 4, 6
     assert "| (b) decoupled, prox = recent | 5.00 | 5.00 | 4.00 | 2.00 |" in out
     assert "| (c) PPO, old = behav | 5.00 | 2.50 | 3.00 | 1.00 |" in out
-    assert "| (b) without the value clip |  |  |  | 4.00 |" in out  # the control, at its own K: 3 and 5
+    assert "| (b) without the value clip |  |  | 3.00 | 4.00 |" in out  # the control, at its own K: 2 and 4, 3 and 5
     assert ("| env steps | K=0 (all) seed 1 | K=0 (all) seed 2 | K=2 recent seed 1 | K=2 recent seed 2 | "
             "K=2 decoupled seed 1 | K=2 decoupled seed 2 | K=2 behav seed 1 | K=2 behav seed 2 | "
             "K=4 recent seed 1 | K=4 recent seed 2 | K=4 decoupled seed 1 | K=4 decoupled seed 2 | "
-            "K=4 behav seed 1 | K=4 behav seed 2 | K=8 recent seed 2 | K=8 decoupled seed 2 | K=8 behav seed 2 | "
-            "K=8 noclip seed 1 | K=8 noclip seed 2 |") in out
-    assert len(list(csv.DictReader(open(summary)))) == 23  # the K = 0 runs once per objective
+            "K=4 behav seed 1 | K=4 behav seed 2 | K=4 noclip seed 1 | K=4 noclip seed 2 | K=8 recent seed 2 | "
+            "K=8 decoupled seed 2 | K=8 behav seed 2 | K=8 noclip seed 1 | K=8 noclip seed 2 |") in out
+    assert len(list(csv.DictReader(open(summary)))) == 25  # the K = 0 runs once per objective
