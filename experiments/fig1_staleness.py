@@ -27,14 +27,15 @@ ppo_ewma.py runs (6.0-6.9 min each). Too short to learn much: it checks the pipe
 staleness 0 2 8: the six runs at K = 2 and 8, a control, (b) at K = 8 with --no-clip-vloss (the value loss's clip is
 centred on values predicted K iterations earlier), and seed 2 of the three objectives at K = 8 (the ranking there rests
 on margins of about one run-to-run difference), then (b) and (a) at K = 4, seed 1 (the knee), the control's seed 2,
-(c) at K = 4 and seed 2 of (b), (a) and (c) at K = 4 and then at K = 2, then the control at K = 4, seeds 1 and 2 (is the
-clip why (b) falls there?), one at a time on both cores into runs/fig1_cpu (1-2.5 h a run, measured; --dry-run estimates
-what is left), each copied to data/runs when it finishes (the same command continues the sweep later); K = 0 is the
-README's ppo.py runs, seeds 1 and 2 (at K = 0 the three objectives are one). An iteration is 16,384 env steps here (the
-paper's 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs alone: docs/figures/fig1_cpu.png (the
-return over the last 10% of the env steps against K, one line per objective; each objective's learning curves),
-data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run and over the last 10%, with
-fresh PPO after as many updates as each K allows, and each run's entropy, approx_kl and clipfrac over the last 10%.
+(c) at K = 4 and seed 2 of (b), (a) and (c) at K = 4 and then at K = 2, then the control at K = 0 and 4, seeds 1 and 2
+(does the clip cost without staleness? is it why (b) falls at K = 4?), one at a time on both cores into runs/fig1_cpu
+(1-2.5 h a run, measured; --dry-run estimates what is left), each copied to data/runs when it finishes (the same command
+continues the sweep later); K = 0 is the README's ppo.py runs, seeds 1 and 2 (at K = 0 the three objectives are one). An
+iteration is 16,384 env steps here (the paper's 65,536), so K = 8 is 131k env steps of staleness. Output, from data/runs
+alone: docs/figures/fig1_cpu.png (the return over the last 10% of the env steps against K, one line per objective; each
+objective's learning curves), data/fig1_cpu_summary.csv, and printed: the mean return per 100k env steps of every run
+and over the last 10%, with fresh PPO after as many updates as each K allows, and each run's entropy, approx_kl and
+clipfrac over the last 10%.
 
 Resumable: finished runs (same exp_name, e.g. fig1__ppo__old-recent__stale4, matching config, progress
 reaching --total-timesteps) are skipped, so rerunning the same command continues an interrupted sweep.
@@ -69,11 +70,12 @@ CPU = {"envs": ["starpilot"], "seeds": [1], "total_timesteps": 1_000_000, "distr
        # (variant, K, seed) beside the sweep: the value-clip control, a second seed at K = 8, K = 4 (the knee), the
        # control's second seed, (c) at K = 4, a second seed of (b) at K = 4 (where it fell before the paper's knee)
        # and of (a) and (c) there: K = 4 in two seeds each; a second seed of (b) at K = 2, where it barely fell, and
-       # of (a) and (c) there; the control at K = 4, two seeds: is the value clip (b)'s fall there?
+       # of (a) and (c) there; the control at K = 0 (does the clip cost without staleness?) and 4 (is it (b)'s fall
+       # there?), two seeds each
        "extra_runs": [("noclip", 8, 1), ("recent", 8, 2), ("behav", 8, 2), ("decoupled", 8, 2), ("decoupled", 4, 1),
                       ("recent", 4, 1), ("noclip", 8, 2), ("behav", 4, 1), ("decoupled", 4, 2), ("recent", 4, 2),
-                      ("behav", 4, 2), ("decoupled", 2, 2), ("recent", 2, 2), ("behav", 2, 2), ("noclip", 4, 1),
-                      ("noclip", 4, 2)],
+                      ("behav", 4, 2), ("decoupled", 2, 2), ("recent", 2, 2), ("behav", 2, 2), ("noclip", 0, 1),
+                      ("noclip", 4, 1), ("noclip", 0, 2), ("noclip", 4, 2)],
        "out_dir": os.path.join(sweep.ROOT, "docs", "figures"), "summary_dir": sweep.DATA,
        "sps_per_core": {"ppo": 205, "ppo_ewma": 190},
        "estimate_note": "the medians of the sps of the committed runs that name the AMD EPYC (Zen 4), one at a "
@@ -172,7 +174,7 @@ def make_cpu_figure(loaded, rows, args, out):
     runs = {}  # each run folder once, by K then objective: the K = 0 run serves every objective
     for run in sorted(loaded, key=lambda r: (r["tags"]["staleness"], list(VARIANTS).index(r["tags"]["variant"]))):
         runs.setdefault(run["dir"], run)
-    labels = [f"K={r['tags']['staleness']} " + ("(all)" if r["tags"]["staleness"] == 0 else r["tags"]["variant"])
+    labels = [f"K={r['tags']['staleness']} " + ("(all)" if shared_k0(r) else r["tags"]["variant"])
               + f" seed {r['config']['seed']}" for r in runs.values()]
     table = analysis.window_table(list(runs.values()), labels, 100_000)
     print(f"Mean episodic return per 100,000 env steps\n\n{table}")
@@ -185,12 +187,17 @@ def make_cpu_figure(loaded, rows, args, out):
           f"update (approx_kl) and the fraction of samples clipped\n\n" + diagnostics(runs.values(), labels, args))
 
 
+def shared_k0(run):
+    """The K = 0 run that serves the three objectives (not the control's own K = 0 run)."""
+    return run["tags"]["staleness"] == 0 and run["tags"]["variant"] in OBJECTIVES
+
+
 def lag_matched(runs, ks, args):
     """The finals table's last row: fresh PPO (K = 0) after as many updates as a run K stale has made, its return over
     the last tenth's iterations moved K earlier. Whatever K costs beyond the updates it idles shows against this."""
     batch = args.num_envs * args.num_steps
     low, high = (1 - args.final_frac) * args.total_timesteps, args.total_timesteps
-    fresh = [run for run in runs if run["tags"]["staleness"] == 0]
+    fresh = [run for run in runs if shared_k0(run)]
     means = [np.mean([analysis.window_return(run, low - k * batch, high - k * batch) for run in fresh]) for k in ks]
     return ["fresh PPO after as many updates", *map(analysis.cell, means)]
 

@@ -556,16 +556,18 @@ def test_core_slots_split_the_cores():
 
 # --- The staleness runner's tables and commands; the fig2 sweep end to end ------------------------------
 def test_staleness_tables_lag_matched_and_diagnostics_by_hand():
-    """Fresh PPO after as many updates: the K = 0 runs' last tenth moved K iterations earlier, averaged over seeds;
-    the diagnostics: each run's mean entropy, approx_kl and clipfrac over its last tenth."""
+    """Fresh PPO after as many updates: the K = 0 runs' last tenth moved K iterations earlier, averaged over seeds (the
+    value-clip control's own K = 0 run apart); the diagnostics: each run's mean entropy, approx_kl and clipfrac over its
+    last tenth."""
     staleness = load_experiment("fig1_staleness")
     args = argparse.Namespace(num_envs=2, num_steps=5, final_frac=0.2, total_timesteps=100)  # 10 env steps a batch
 
-    def run(name, k, offset):
+    def run(name, k, offset, variant="recent"):
         rows = [{"iteration": i + 1, "global_step": 10.0 * (i + 1), "episodic_return": i + offset,
                  "entropy": 2.0 - i / 10, "approx_kl": i / 1000, "clipfrac": i / 100} for i in range(10)]
-        return {"dir": f"/runs/{name}", "tags": {"staleness": k}, "config": {"seed": 1}, "rows": rows}
-    runs = [run("fresh1", 0, 0.0), run("fresh2", 0, 1.0), run("stale", 2, 50.0)]
+        tags = {"staleness": k, "variant": variant}
+        return {"dir": f"/runs/{name}", "tags": tags, "config": {"seed": 1}, "rows": rows}
+    runs = [run("fresh1", 0, 0.0), run("fresh2", 0, 1.0), run("stale", 2, 50.0), run("control", 0, 90.0, "noclip")]
     # (80, 100]: iterations 9 and 10, returns 8 and 9 (seed 2: 9 and 10); K = 2: (60, 80]; K = 3: (50, 70]
     assert staleness.lag_matched(runs, [0, 2, 3], args) == ["fresh PPO after as many updates", "9.00", "7.00", "6.00"]
     table = staleness.diagnostics(runs[:1], ["K=0 seed 1"], args).splitlines()
@@ -728,12 +730,14 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
             "--out-dir", str(tmp_path)]
     runs = staleness.build_runs(staleness.parse_args(argv))
     at_0 = {(r.script, r.exp_name) for r in runs if r.tags["staleness"] == 0}
-    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"])} and len(sweep.unique_runs(runs)) == 21
-    assert {r.seed for r in runs if r.tags["staleness"] == 0} == {1, 2}  # the README's two ppo.py runs
+    control_0 = ("ppo_ewma", "fig1__ppo_ewma__prox-recent-no-clip-vloss__stale0")
+    assert at_0 == {("ppo", sweep.README_EXP_NAMES["ppo"]), control_0}
+    assert len(sweep.unique_runs(runs)) == 23
+    assert {r.seed for r in runs if r.tags["staleness"] == 0} == {1, 2}  # the README's two ppo.py runs, the control's
     control = sweep.DEFAULTS["ppo_ewma"] | {"clip_vloss": False, "prox": "recent"}
     controls = [r for r in runs if r.tags["variant"] == "noclip"]
     assert sorted((r.exp_name, r.seed) for r in controls) == [
-        (f"fig1__ppo_ewma__prox-recent-no-clip-vloss__stale{k}", s) for k in (4, 8) for s in (1, 2)]
+        (f"fig1__ppo_ewma__prox-recent-no-clip-vloss__stale{k}", s) for k in (0, 4, 8) for s in (1, 2)]
     assert all(r.options[k] == v for r in controls for k, v in control.items())
     assert all(r.options["staleness"] == r.tags["staleness"] for r in controls)
     assert all(r.options[k] == v for r in runs if r not in controls for k, v in sweep.DEFAULTS[r.script].items())
@@ -757,11 +761,13 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
                ("decoupled", 2): [1.0, 2.0, 3.0, 5.0], ("behav", 2): [1.0, 2.0, 2.0, 2.5],
                ("noclip", 8, 1): [1.0, 1.0, 1.0, 3.0], ("noclip", 8, 2): [1.0, 1.0, 1.0, 5.0],
                ("noclip", 4, 1): [1.0, 1.0, 1.0, 2.0], ("noclip", 4, 2): [1.0, 1.0, 1.0, 4.0],
+               ("noclip", 0, 1): [9.0, 9.0, 9.0, 7.0], ("noclip", 0, 2): [9.0, 9.0, 9.0, 9.0],
                ("recent", 8): [1.0, 1.0, 1.0, 1.5], ("decoupled", 8): [1.0, 1.0, 1.0, 2.0], ("behav", 8): [1.0] * 4,
                ("decoupled", 4): [1.0, 1.0, 1.0, 4.0], ("recent", 4): [1.0, 1.0, 1.0, 1.0],
                ("behav", 4): [1.0, 1.0, 1.0, 3.0]}
     for run in sweep.unique_runs(runs):
-        key = (0, run.seed) if run.tags["staleness"] == 0 else (run.tags["variant"], run.tags["staleness"])
+        key = (run.tags["variant"], run.tags["staleness"])
+        key = (0, run.seed) if run.exp_name == sweep.README_EXP_NAMES["ppo"] else key
         key = (*key, run.seed) if key[0] == "noclip" else key
         write_run(committed, "starpilot", run.exp_name, run.seed, returns[key], config=recorded_config(run))
     figure, summary = staleness.main(argv + ["--plot-only"])
@@ -769,10 +775,12 @@ def test_fig1_cpu_takes_the_readme_run_at_k0_for_every_objective_and_tabulates_t
     assert "| (a) PPO, old = recent | 5.00 | 0.50 | 1.00 | 1.50 |" in out and os.path.getsize(figure) > 0  # K = 0: 4, 6
     assert "| (b) decoupled, prox = recent | 5.00 | 5.00 | 4.00 | 2.00 |" in out
     assert "| (c) PPO, old = behav | 5.00 | 2.50 | 3.00 | 1.00 |" in out
-    assert "| (b) without the value clip |  |  | 3.00 | 4.00 |" in out  # the control, at its own K: 2 and 4, 3 and 5
-    assert ("| env steps | K=0 (all) seed 1 | K=0 (all) seed 2 | K=2 recent seed 1 | K=2 recent seed 2 | "
-            "K=2 decoupled seed 1 | K=2 decoupled seed 2 | K=2 behav seed 1 | K=2 behav seed 2 | "
-            "K=4 recent seed 1 | K=4 recent seed 2 | K=4 decoupled seed 1 | K=4 decoupled seed 2 | "
+    # the control at its own K: 7 and 9, 2 and 4, 3 and 5; fresh PPO from the README's runs alone (4 and 6 at K = 0)
+    assert "| (b) without the value clip | 8.00 |  | 3.00 | 4.00 |" in out
+    assert "| fresh PPO after as many updates | 5.00 | 2.00 |" in out
+    assert ("| env steps | K=0 (all) seed 1 | K=0 (all) seed 2 | K=0 noclip seed 1 | K=0 noclip seed 2 | "
+            "K=2 recent seed 1 | K=2 recent seed 2 | K=2 decoupled seed 1 | K=2 decoupled seed 2 | K=2 behav seed 1 | "
+            "K=2 behav seed 2 | K=4 recent seed 1 | K=4 recent seed 2 | K=4 decoupled seed 1 | K=4 decoupled seed 2 | "
             "K=4 behav seed 1 | K=4 behav seed 2 | K=4 noclip seed 1 | K=4 noclip seed 2 | K=8 recent seed 2 | "
             "K=8 decoupled seed 2 | K=8 behav seed 2 | K=8 noclip seed 1 | K=8 noclip seed 2 |") in out
-    assert len(list(csv.DictReader(open(summary)))) == 25  # the K = 0 runs once per objective
+    assert len(list(csv.DictReader(open(summary)))) == 27  # the K = 0 runs once per objective
