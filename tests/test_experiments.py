@@ -5,7 +5,6 @@ import csv
 import math
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -217,12 +216,14 @@ def test_plot_names_the_run_it_leaves_out_keeps_modes_apart_and_refuses_a_run_wi
 
 
 # --- bench_speed.py ---------------------------------------------------------------------------------------
-def test_bench_speed_refuses_a_count_below_1_in_one_line():
+def test_bench_speed_refuses_a_count_below_1_in_one_line(monkeypatch, capsys):
     """--repeats 0 or --iterations 0 would time nothing and fail on the empty medians (an IndexError)."""
+    bench_speed = load_experiment("bench_speed")
     for flag in ("--repeats", "--iterations"):
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "tools", "bench_speed.py"), flag, "0"],
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        monkeypatch.setattr(sys, "argv", ["bench_speed.py", flag, "0"])
+        with pytest.raises(SystemExit) as exit_info:
+            bench_speed.main()
+        assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == (
             f"bench_speed.py: error: argument {flag}: must be at least 1, got 0")
 
 
